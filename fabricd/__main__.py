@@ -1,0 +1,3 @@
+from fabricd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""The agent loop: scrape on a fixed schedule, turn counters into rates, hand samples to the sink."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from fabricd import logs
+from fabricd.agent.runtime import CollectorRunner
+from fabricd.clock import Clock
+from fabricd.counters import RateEngine
+from fabricd.derived import derive
+from fabricd.model import CollectorHealth, Sample
+
+log = logging.getLogger("fabricd.agent")
+
+
+class Sink(Protocol):
+    """Where samples go after the agent: the transport (batching, spool, sender)."""
+
+    async def submit(self, samples: Sequence[Sample], health: Sequence[CollectorHealth]) -> None: ...
+
+
+class Agent:
+    def __init__(
+        self,
+        runner: CollectorRunner,
+        sink: Sink,
+        clock: Clock,
+        interval_seconds: float,
+        engine: RateEngine | None = None,
+    ) -> None:
+        self.runner = runner
+        self.sink = sink
+        self.clock = clock
+        self.interval_seconds = interval_seconds
+        self.engine = engine or RateEngine()
+        self.scrapes = 0
+
+    async def scrape_once(self) -> list[Sample]:
+        ts = self.clock.time()
+        result = await self.runner.scrape(ts)
+        samples = self.engine.update(ts, result.readings)
+        samples.extend(derive(samples))
+        await self.sink.submit(samples, result.health)
+        self.scrapes += 1
+        return samples
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Scrape every ``interval_seconds`` on a monotonic schedule (no drift) until ``stop``."""
+        logs.event(log, logging.INFO, "agent started", interval_seconds=self.interval_seconds,
+                   collectors=",".join(self.runner.collectors))  # fmt: skip
+        next_tick = time.monotonic()
+        while not stop.is_set():
+            await self.scrape_once()
+            next_tick += self.interval_seconds
+            delay = next_tick - time.monotonic()
+            if delay < 0:  # overran: skip missed ticks rather than bursting to catch up
+                next_tick = time.monotonic()
+                delay = 0
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except TimeoutError:
+                pass

@@ -1,0 +1,41 @@
+"""``fabricd server``: the central service (ingest, storage, detection, REST API, /metrics)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fabricd.cli.common import add_config_option, settings_or_exit
+from fabricd.settings import DEFAULT_LISTEN
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "server",
+        help="run the central service",
+        description="Run the central service: ingest from agents, storage, detection, REST API "
+        "(/docs), /metrics, /healthz. The database defaults to SQLite in the data folder.",
+    )
+    add_config_option(p)
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default {DEFAULT_LISTEN})")
+    p.add_argument("--db", metavar="URL",
+                   help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db "
+                   "(default sqlite:///<data-dir>/fabricd.db)")  # fmt: skip
+    p.add_argument("--data-dir", type=Path, metavar="DIR", help="data folder, created on first start (default ./data)")
+    p.add_argument("--no-auth", dest="auth", action="store_false", default=None,
+                   help="accept unauthenticated ingest and API calls (demo and local tests only)")  # fmt: skip
+    p.add_argument("--tls-certfile", type=Path, metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-keyfile", type=Path, metavar="FILE", help="private key for --tls-certfile (PEM)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fabricd.server.main import serve
+    from fabricd.settings import ServerSettings
+
+    settings = settings_or_exit(
+        ServerSettings, args, listen=args.listen, db=args.db, data_dir=args.data_dir, auth=args.auth,
+        tls_certfile=args.tls_certfile, tls_keyfile=args.tls_keyfile,
+    )  # fmt: skip
+    return serve(settings)

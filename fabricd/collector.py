@@ -1,0 +1,86 @@
+"""The collector seam: one method, ``async def collect(self) -> Sequence[Reading]``.
+
+A collector is one module in ``collectors/``, one fixture folder in ``tests/cases/<name>/`` and one
+line in ``collectors.REGISTRY``. It is built from a ``CollectorContext`` (roots, node name, its own
+validated options) and never reads a hard-coded ``/sys`` path or global settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from fabricd.importer import ImportFromStringError, import_from_string
+from fabricd.model import Reading
+
+
+class CollectorOptions(BaseModel):
+    """Base for a collector's own options (``collectors.<name>`` in the config file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class CollectorContext:
+    """Everything a collector may know about its environment."""
+
+    node: str
+    sysfs_root: Path = Path("/sys")
+    options: CollectorOptions = field(default_factory=CollectorOptions)
+    # Sources of side effects, swapped by tests and the simulator (one-method factories).
+    factories: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Collector(Protocol):
+    name: ClassVar[str]
+
+    async def collect(self) -> Sequence[Reading]: ...
+
+
+class CollectorConfigError(ValueError):
+    """A collector's name or options are invalid; the message names the bad key."""
+
+
+def options_model(cls: type) -> type[CollectorOptions]:
+    model = getattr(cls, "Options", CollectorOptions)
+    assert issubclass(model, CollectorOptions)
+    return model
+
+
+def resolve(name: str, registry: Mapping[str, str]) -> type:
+    """Import the class registered as ``name`` (lazily: a missing optional dep disables one collector)."""
+    if name not in registry:
+        known = ", ".join(sorted(registry))
+        raise CollectorConfigError(f"collectors.{name}: unknown collector (known: {known})")
+    try:
+        return import_from_string(registry[name])
+    except ImportFromStringError as exc:
+        raise CollectorConfigError(f"collectors.{name}: cannot load {registry[name]}: {exc}") from exc
+
+
+def build(
+    name: str,
+    raw_options: Mapping[str, Any] | None,
+    *,
+    node: str,
+    sysfs_root: Path,
+    registry: Mapping[str, str],
+    factories: Mapping[str, Callable[..., Any]] | None = None,
+) -> Collector:
+    """Validate ``raw_options`` against the collector's Options model and build it."""
+    cls = resolve(name, registry)
+    try:
+        options = options_model(cls).model_validate(dict(raw_options or {}))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CollectorConfigError(f"collectors.{name}.{where}: {first['msg']}") from exc
+    ctx = CollectorContext(node=node, sysfs_root=sysfs_root, options=options, factories=factories or {})
+    collector = cls(ctx)
+    assert isinstance(collector, Collector)
+    return collector

@@ -1,0 +1,173 @@
+"""``fabricd demo``: the central service and agents on one machine, on the embedded default (SQLite).
+
+Two modes, both running the real ``fabricd server`` and ``fabricd agent`` processes:
+
+* default: a simulated cluster (``fabricd.sim.live``) whose counters move, with a fault injected a
+  minute or two in, one agent per simulated node;
+* ``--fixture``: one agent reading the real sysfs tree captured in ``deploy/demo/sys``.
+
+Ctrl-C (or ``--duration``) stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE_SYSFS = REPO / "deploy" / "demo" / "sys"
+
+
+@dataclass
+class DemoOptions:
+    listen: str = "127.0.0.1:9470"
+    data_dir: Path = Path("data/demo")
+    fixture: bool = False
+    scenario: str = "demo"
+    nodes: int = 16
+    interval_seconds: float = 5.0
+    speed: float = 1.0
+    duration_seconds: float | None = None
+
+
+@dataclass
+class Demo:
+    options: DemoOptions
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    sim: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.options.listen}"
+
+    def _spawn(self, name: str, args: Sequence[str]) -> None:
+        log_path = self.options.data_dir / "logs" / f"{name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen([sys.executable, "-m", "fabricd", *args], stdout=log_file,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.procs.append((name, proc))
+
+    def start_server(self) -> None:
+        self._spawn("server", ["server", "--listen", self.options.listen, "--data-dir",
+                               str(self.options.data_dir / "central"), "--no-auth"])  # fmt: skip
+        wait_healthy(self.url, timeout_seconds=30.0, procs=self.procs)
+
+    def start_agent(self, node: str, sysfs_root: Path, config: dict[str, Any] | None = None) -> None:
+        args = ["agent", "--central", self.url, "--node", node, "--sysfs-root", str(sysfs_root),
+                "--interval", str(self.options.interval_seconds),
+                "--data-dir", str(self.options.data_dir / "agents" / node)]  # fmt: skip
+        if config:
+            cfg = self.options.data_dir / "agents" / f"{node}.yaml"
+            cfg.parent.mkdir(parents=True, exist_ok=True)
+            cfg.write_text(yaml.safe_dump(config))
+            args += ["--config", str(cfg)]
+        self._spawn(f"agent-{node}", args)
+
+    def stop(self) -> None:
+        if self.sim is not None:
+            self.sim.stop()
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_healthy(url: str, timeout_seconds: float, procs: Sequence[tuple[str, subprocess.Popen[bytes]]] = ()) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        for name, proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with status {proc.returncode}; see its log")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url}/healthz did not answer within {timeout_seconds:g}s")
+
+
+def _start_fixture_cluster(demo: Demo) -> list[str]:
+    demo.start_agent("demo-node-001", FIXTURE_SYSFS)
+    return ["demo-node-001"]
+
+
+def _start_simulated_cluster(demo: Demo) -> list[str]:
+    from fabricd.sim import live
+
+    opts = demo.options
+    demo.sim = live.start(opts.scenario, opts.data_dir / "sim", speed=opts.speed, nodes=opts.nodes)
+    for node in demo.sim.nodes:
+        demo.start_agent(node, demo.sim.sysfs_root(node), demo.sim.agent_config(node))
+    return list(demo.sim.nodes)
+
+
+def _banner(demo: Demo, nodes: list[str]) -> str:
+    url = demo.url
+    what = "the captured sysfs tree in deploy/demo/sys" if demo.options.fixture else (
+        f"a simulated cluster of {len(nodes)} nodes (scenario '{demo.options.scenario}'; "
+        "a fault is injected about a minute in)"
+    )
+    return f"""
+fabricd demo is running: central service + {len(nodes)} agent(s) reading {what}.
+
+  metrics      curl {url}/metrics | grep ^fabricd_
+  health       curl {url}/healthz
+  API docs     {url}/docs
+  nodes        curl {url}/api/v1/nodes
+  incidents    .venv/bin/fabricd incidents --server {url}
+  status       .venv/bin/fabricd status --server {url}
+  logs         {demo.options.data_dir}/logs/
+
+Press Ctrl-C to stop.
+"""
+
+
+def run(options: DemoOptions) -> int:
+    if options.data_dir.exists():
+        shutil.rmtree(options.data_dir)  # a demo always starts from a clean slate
+    options.data_dir.mkdir(parents=True)
+    demo = Demo(options)
+    stop = {"now": False}
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    try:
+        demo.start_server()
+        nodes = _start_fixture_cluster(demo) if options.fixture else _start_simulated_cluster(demo)
+        print(_banner(demo, nodes), flush=True)
+        deadline = None if options.duration_seconds is None else time.monotonic() + options.duration_seconds
+        while not stop["now"] and (deadline is None or time.monotonic() < deadline):
+            if any(proc.poll() is not None for _, proc in demo.procs):
+                dead = [n for n, p in demo.procs if p.poll() is not None]
+                print(f"fabricd demo: {', '.join(dead)} exited; see {options.data_dir}/logs/", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+    except RuntimeError as exc:
+        print(f"fabricd demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        demo.stop()
+        print("fabricd demo stopped.", flush=True)
+    return 0
+

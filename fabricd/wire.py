@@ -1,0 +1,221 @@
+"""The agent -> central wire format (docs/wire-format.md).
+
+A batch is one object with short keys; samples are arrays in a fixed column order so a batch of
+thousands of samples stays compact in JSON and in msgpack. Both encodings may be gzip-compressed
+(``Content-Encoding: gzip``). ``decode`` validates everything it reads and raises ``WireError``
+with a message that names the bad field: ingest turns it into a 4xx, never a 5xx.
+
+    {"v": 1, "node": "node-001", "agent": "0.1.0", "id": "<batch id>", "ts": 1700000000.0,
+     "samples": [[ts, source, device, port, counter, name, unit, kind, labels, value, rate,
+                  status, since], ...],
+     "health": [[collector, success, duration_seconds, ts, error, readings], ...]}
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import msgpack
+
+from fabricd.model import SCHEMA_VERSION, Batch, CollectorHealth, Kind, Reading, Sample, Status
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+CONTENT_TYPES = (JSON, MSGPACK, "application/x-msgpack")
+SAMPLE_FIELDS = (
+    "ts", "source", "device", "port", "counter", "name", "unit", "kind", "labels", "value", "rate",
+    "status", "since",
+)  # fmt: skip
+# A gzip bomb must not exhaust memory: decompression stops past this many bytes (ingest limit).
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+
+
+class WireError(ValueError):
+    """A batch that cannot be decoded; ``field`` names what was wrong."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnsupportedVersion(WireError):
+    pass
+
+
+class TooLarge(WireError):
+    pass
+
+
+def _sample_row(s: Sample) -> list[Any]:
+    r = s.reading
+    labels = dict(r.labels) if r.labels else None
+    return [
+        s.ts, r.source, r.device, r.port, r.counter, r.name, r.unit, r.kind.value, labels, r.value,
+        s.rate, s.status.value, s.since,
+    ]  # fmt: skip
+
+
+def batch_to_obj(batch: Batch) -> dict[str, Any]:
+    return {
+        "v": batch.schema_version,
+        "node": batch.node,
+        "agent": batch.agent_version,
+        "id": batch.batch_id,
+        "ts": batch.created_ts,
+        "samples": [_sample_row(s) for s in batch.samples],
+        "health": [
+            [h.collector, h.success, h.duration_seconds, h.ts, h.error, h.readings] for h in batch.health
+        ],
+    }
+
+
+def encode(batch: Batch, content_type: str = MSGPACK, compress: bool = True) -> bytes:
+    obj = batch_to_obj(batch)
+    if content_type == JSON:
+        raw = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    else:
+        raw = msgpack.packb(obj, use_bin_type=True)
+    return gzip.compress(raw, compresslevel=5) if compress else raw
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    # zlib with wbits=16+MAX_WBITS reads the gzip container; max_length bounds the output.
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise WireError(f"body is not valid gzip: {exc}", "body") from exc
+    if len(out) > limit:
+        raise TooLarge(f"decompressed batch exceeds {limit} bytes", "body")
+    return out
+
+
+def decode(
+    body: bytes,
+    content_type: str = MSGPACK,
+    gzipped: bool = False,
+    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+) -> Batch:
+    if gzipped:
+        body = _gunzip(body, max_decompressed_bytes)
+    base = content_type.split(";", 1)[0].strip().lower()
+    try:
+        if base == JSON:
+            obj = json.loads(body)
+        elif base in CONTENT_TYPES:
+            obj = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        else:
+            raise WireError(f"unsupported content type {content_type!r}; use {JSON} or {MSGPACK}", "content-type")
+    except WireError:
+        raise
+    except Exception as exc:  # json/msgpack raise many types on hostile input
+        raise WireError(f"body is not valid {base}: {exc}", "body") from exc
+    return batch_from_obj(obj)
+
+
+def _req(obj: dict[str, Any], key: str, typ: type | tuple[type, ...]) -> Any:
+    if key not in obj:
+        raise WireError(f"missing field {key!r}", key)
+    val = obj[key]
+    if not isinstance(val, typ) or (isinstance(val, bool) and typ is not bool):
+        raise WireError(f"field {key!r} has the wrong type", key)
+    return val
+
+
+def batch_from_obj(obj: Any) -> Batch:
+    if not isinstance(obj, dict):
+        raise WireError("batch must be an object", "")
+    version = _req(obj, "v", int)
+    if version != SCHEMA_VERSION:
+        raise UnsupportedVersion(f"schema version {version} is not supported (this server speaks {SCHEMA_VERSION})", "v")
+    node = _req(obj, "node", str)
+    batch_id = _req(obj, "id", str)
+    if not node or not batch_id:
+        raise WireError("'node' and 'id' must be non-empty", "node" if not node else "id")
+    rows = _req(obj, "samples", list)
+    health_rows = obj.get("health", [])
+    if not isinstance(health_rows, list):
+        raise WireError("field 'health' has the wrong type", "health")
+    return Batch(
+        node=node,
+        agent_version=str(obj.get("agent", "")),
+        batch_id=batch_id,
+        samples=[_sample_from_row(i, row) for i, row in enumerate(rows)],
+        health=[_health_from_row(i, row) for i, row in enumerate(health_rows)],
+        schema_version=version,
+        created_ts=float(obj.get("ts") or 0.0),
+    )
+
+
+def _number(val: Any, where: str, optional: bool = False) -> float | None:
+    if val is None and optional:
+        return None
+    if isinstance(val, bool) or not isinstance(val, int | float):
+        raise WireError(f"{where} must be a number", where)
+    f = float(val)
+    if not math.isfinite(f):
+        raise WireError(f"{where} must be finite", where)
+    return f
+
+
+def _text(val: Any, where: str) -> str:
+    if not isinstance(val, str):
+        raise WireError(f"{where} must be a string", where)
+    return val
+
+
+def _labels(val: Any, where: str) -> tuple[tuple[str, str], ...]:
+    if val is None:
+        return ()
+    if not isinstance(val, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in val.items()):
+        raise WireError(f"{where} must be an object of strings", where)
+    return tuple(sorted(val.items()))
+
+
+def _sample_from_row(i: int, row: Any) -> Sample:
+    where = f"samples[{i}]"
+    if not isinstance(row, Sequence) or isinstance(row, str | bytes) or len(row) != len(SAMPLE_FIELDS):
+        raise WireError(f"{where} must be an array of {len(SAMPLE_FIELDS)} fields", where)
+    ts, source, device, port, counter, name, unit, kind, labels, value, rate, status, since = row
+    try:
+        kind_v, status_v = Kind(kind), Status(status)
+    except ValueError as exc:
+        raise WireError(f"{where}: {exc}", where) from exc
+    reading = Reading(
+        source=_text(source, f"{where}.source"),
+        device=_text(device, f"{where}.device"),
+        port=_text(port, f"{where}.port"),
+        counter=_text(counter, f"{where}.counter"),
+        name=_text(name, f"{where}.name"),
+        unit=_text(unit, f"{where}.unit"),
+        kind=kind_v,
+        labels=_labels(labels, f"{where}.labels"),
+        value=_number(value, f"{where}.value") or 0.0,
+    )
+    return Sample(
+        ts=_number(ts, f"{where}.ts") or 0.0,
+        reading=reading,
+        rate=_number(rate, f"{where}.rate", optional=True),
+        status=status_v,
+        since=_number(since, f"{where}.since", optional=True),
+    )
+
+
+def _health_from_row(i: int, row: Any) -> CollectorHealth:
+    where = f"health[{i}]"
+    if not isinstance(row, Sequence) or isinstance(row, str | bytes) or len(row) != 6:
+        raise WireError(f"{where} must be an array of 6 fields", where)
+    collector, success, duration, ts, error, readings = row
+    return CollectorHealth(
+        collector=_text(collector, f"{where}.collector"),
+        success=bool(success),
+        duration_seconds=_number(duration, f"{where}.duration_seconds") or 0.0,
+        ts=_number(ts, f"{where}.ts") or 0.0,
+        error=_text(error, f"{where}.error"),
+        readings=int(_number(readings, f"{where}.readings") or 0),
+    )

@@ -1,0 +1,42 @@
+"""Helpers shared by tests (import as ``from tests.helpers import need_binary``).
+
+Strict CI: under ``CI=true`` a skipped test is a failure (the brief's rule), so a test that needs a
+binary, root or PostgreSQL calls ``need_binary``/``need_root``/... which skip on a laptop with a reason
+and fail loudly in CI, where ``.ci/run`` installs everything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = REPO / "tests" / "cases"
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def _skip_or_fail(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI=true forbids skips: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def need_binary(name: str) -> str:
+    """Path of ``name`` on PATH (or /usr/bin, /usr/sbin); skip off-CI, fail in CI when missing."""
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if path is None:
+        _skip_or_fail(f"{name} is not installed (.ci/run installs it)")
+        raise AssertionError("unreachable")
+    return path
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        _skip_or_fail("needs root (network namespaces, raw sockets)")
+
+
+def skip_or_fail(reason: str) -> None:
+    _skip_or_fail(reason)
