@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabricd.cli.agent",
     "fabricd.cli.collect",
     "fabricd.cli.demo",
+    "fabricd.cli.model",
 )
 
 EPILOG = """\
