@@ -67,6 +67,9 @@ def setup(level: str = "info", fmt: str = "logfmt") -> None:
         lg = logging.getLogger(name)
         lg.handlers[:] = []
         lg.propagate = True
+    # httpx logs every request at info: one line per batch sent is noise; fabricd logs what matters.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
 def event(logger: logging.Logger, level: int, msg: str, **fields: Any) -> None:
