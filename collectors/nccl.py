@@ -1,0 +1,265 @@
+"""NCCL-tests collector: run ``*_perf`` on a schedule (or tail scheduler logs) and report the results.
+
+Two sources, exactly one configured:
+
+- ``command``: an argv such as ``["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "8"]``,
+  possibly wrapped in ``mpirun``/``srun`` (or the simulator: the command is just a command). It runs
+  every ``interval_seconds`` with a ``timeout_seconds`` limit, one run at a time: a run still going
+  when the next is due is not started a second time, the skip is counted (``runs_skipped``).
+- ``log_glob``: files a scheduler writes (``/shared/nccl/*.log``); each file is parsed once, when it
+  has not changed for ``settle_seconds``.
+
+``collect()`` never waits for a run: it starts one when due and returns what completed since the
+last call. An aborted, failed or timed-out run is a ``Kind.EVENT`` reading (an event, not silence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from pydantic import Field, model_validator
+
+from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.model import Kind, Reading, labels_of
+from fabricd.nccl_parse import NcclRow, NcclRun, op_from_name, parse_nccl_output
+
+SOURCE = "nccl"
+DETAIL_MAX = 160  # an event's detail label is bounded: it comes from tool output
+
+
+class NcclOptions(CollectorOptions):
+    command: list[str] | None = Field(default=None, min_length=1)
+    interval_seconds: float = Field(default=3600.0, ge=0)
+    timeout_seconds: float = Field(default=1800.0, gt=0)
+    log_glob: str | None = None
+    settle_seconds: float = Field(default=10.0, ge=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> NcclOptions:
+        if (self.command is None) == (self.log_glob is None):
+            raise ValueError("set exactly one of command or log_glob")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    output: str  # stdout and stderr interleaved: failures are printed on stderr
+    returncode: int | None  # None when the process was killed at the timeout or never started
+    timed_out: bool = False
+    error: str = ""  # why the process could not start
+    duration_seconds: float = 0.0
+
+
+class CommandRunner(Protocol):
+    async def run(self, argv: Sequence[str], timeout_seconds: float) -> CommandResult: ...
+
+
+class SubprocessRunner:
+    """Runs argv in its own session so a timeout kills mpirun and every rank it started."""
+
+    async def run(self, argv: Sequence[str], timeout_seconds: float) -> CommandResult:
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return CommandResult("", None, error=f"{type(exc).__name__}: {exc.strerror or exc}")
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), timeout_seconds)
+        except TimeoutError:
+            await _kill_group(proc)
+            return CommandResult("", None, timed_out=True, duration_seconds=time.monotonic() - started)
+        except asyncio.CancelledError:
+            await _kill_group(proc)  # the agent is stopping: leave no ranks behind
+            raise
+        text = out.decode("utf-8", errors="replace")
+        return CommandResult(text, proc.returncode, duration_seconds=time.monotonic() - started)
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+
+def op_from_command(argv: Sequence[str]) -> str:
+    """The collective an argv runs: the first ``*_perf`` word, past any mpirun/srun wrapper."""
+    for word in argv:
+        if op := op_from_name(word):
+            return op
+    return ""
+
+
+def _gauge(op: str, counter: str, value: float, unit: str, name: str, **labels: str) -> Reading:
+    return Reading(
+        source=SOURCE, device=op, port="", counter=counter, value=value, unit=unit,
+        kind=Kind.GAUGE, labels=labels_of(labels), name=name, width=0,
+    )
+
+
+def _row_labels(row: NcclRow) -> dict[str, str]:
+    labels = {"size": str(row.size_bytes), "placement": row.placement}
+    if row.root is not None and row.root >= 0:  # -1 = every rank is root / not applicable
+        labels["root"] = str(row.root)
+    return labels
+
+
+def _row_readings(op: str, row: NcclRow) -> list[Reading]:
+    labels = _row_labels(row)
+    values = (
+        ("time", row.time_seconds, "seconds", "time_seconds"),
+        ("algbw", row.algbw_bytes_per_second, "bytes_per_second", "algbw_bytes_per_second"),
+        ("busbw", row.busbw_bytes_per_second, "bytes_per_second", "busbw_bytes_per_second"),
+        ("wrong", row.wrong, "elements", "wrong_elements"),
+    )
+    return [_gauge(op, c, float(v), u, n, **labels) for c, v, u, n in values if v is not None]
+
+
+def _latest_rows(run: NcclRun) -> list[NcclRow]:
+    # Warm-up sizes repeat (size 0 five times in old versions): one series per key, the last row wins.
+    by_key = {tuple(sorted(_row_labels(r).items())): r for r in run.rows}
+    return list(by_key.values())
+
+
+def run_readings(run: NcclRun, op: str) -> list[Reading]:
+    """Map one parsed run to readings: per size and placement, then per run, then a failure event."""
+    out = [reading for row in _latest_rows(run) for reading in _row_readings(op, row)]
+    if run.avg_busbw_bytes_per_second is not None:
+        out.append(_gauge(op, "avg_busbw", run.avg_busbw_bytes_per_second, "bytes_per_second",
+                          "avg_busbw_bytes_per_second"))
+    if run.out_of_bounds is not None:
+        out.append(_gauge(op, "out_of_bounds", float(run.out_of_bounds), "values", "out_of_bounds_values"))
+    out.append(_gauge(op, "success", 1.0 if run.success else 0.0, "bool", "run_success"))
+    if not run.success:
+        out.append(failure_event(op, run.reason, run.detail))
+    return out
+
+
+def failure_event(op: str, reason: str, detail: str) -> Reading:
+    labels = labels_of({"reason": reason, "detail": detail[:DETAIL_MAX]})
+    return Reading(
+        source=SOURCE, device=op, port="", counter="run_failed", value=1.0, unit="",
+        kind=Kind.EVENT, labels=labels, name="run_failed", width=0,
+    )
+
+
+def result_readings(result: CommandResult, op: str) -> list[Reading]:
+    """A finished command: its parsed output, plus an event when the process itself failed."""
+    if result.error:
+        return [_gauge(op, "success", 0.0, "bool", "run_success"),
+                failure_event(op, "spawn_error", result.error)]
+    if result.timed_out:
+        detail = f"killed after {result.duration_seconds:.1f} s"
+        return [_gauge(op, "success", 0.0, "bool", "run_success"), failure_event(op, "timeout", detail)]
+    run = parse_nccl_output(result.output, op=op)
+    readings = run_readings(run, run.op or op)
+    if result.returncode != 0 and run.success:
+        readings = [r for r in readings if r.counter != "success"]
+        readings += [_gauge(run.op or op, "success", 0.0, "bool", "run_success"),
+                     failure_event(run.op or op, "exit_code", f"exit status {result.returncode}")]
+    readings.append(_gauge(run.op or op, "duration", result.duration_seconds, "seconds",
+                           "run_duration_seconds"))
+    return readings
+
+
+class LogTail:
+    """Finds settled log files matching a glob; each path is returned once."""
+
+    def __init__(self, pattern: str, settle_seconds: float, clock: Callable[[], float]) -> None:
+        self.pattern = pattern
+        self.settle_seconds = settle_seconds
+        self.clock = clock
+        self.seen: set[str] = set()
+
+    def poll(self) -> list[Path]:
+        now = self.clock()
+        ready = []
+        # glob.glob, not Path.glob: the pattern is absolute and may have wildcards in directories.
+        for name in sorted(glob.glob(self.pattern)):
+            path = Path(name)
+            if name in self.seen or not path.is_file():
+                continue
+            if now - path.stat().st_mtime >= self.settle_seconds:
+                self.seen.add(name)
+                ready.append(path)
+        return ready
+
+
+class NcclCollector:
+    name: ClassVar[str] = "nccl"
+    Options: ClassVar[type[CollectorOptions]] = NcclOptions
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        assert isinstance(ctx.options, NcclOptions)
+        self.options = ctx.options
+        self.runner: CommandRunner = ctx.factories.get("runner", SubprocessRunner)()
+        self.monotonic: Callable[[], float] = ctx.factories.get("clock", lambda: time.monotonic)()
+        wall: Callable[[], float] = ctx.factories.get("wall_clock", lambda: time.time)()
+        self.tail = None
+        if self.options.log_glob:
+            self.tail = LogTail(self.options.log_glob, self.options.settle_seconds, wall)
+        self.op = op_from_command(self.options.command or [])
+        self.task: asyncio.Task[CommandResult] | None = None
+        self.next_due = 0.0
+        self.skipped = 0
+
+    async def collect(self) -> Sequence[Reading]:
+        if self.tail is not None:
+            return self._collect_logs()
+        out = self._finished()
+        self._maybe_start()
+        out.append(Reading(SOURCE, self.op or "nccl", "", "runs_skipped", float(self.skipped), "runs",
+                           kind=Kind.COUNTER, name="runs_skipped", width=0))
+        return out
+
+    def _collect_logs(self) -> list[Reading]:
+        assert self.tail is not None
+        out: list[Reading] = []
+        for path in self.tail.poll():
+            op = op_from_name(path.name)
+            run = parse_nccl_output(path.read_text(errors="replace"), op=op)
+            out.extend(run_readings(run, run.op or op or "nccl"))
+        return out
+
+    def _finished(self) -> list[Reading]:
+        if self.task is None or not self.task.done():
+            return []
+        task, self.task = self.task, None
+        op = self.op or "nccl"
+        try:
+            result = task.result()
+        except Exception as exc:  # a broken runner is a failed run, reported, not a dead collector
+            return [failure_event(op, "runner_error", f"{type(exc).__name__}: {exc}")]
+        return result_readings(result, op)
+
+    def _maybe_start(self) -> None:
+        now = self.monotonic()
+        if now < self.next_due:
+            return
+        self.next_due = now + self.options.interval_seconds
+        if self.task is not None:
+            self.skipped += 1  # never overlap: the previous run still holds the GPUs
+            return
+        assert self.options.command is not None
+        self.task = asyncio.create_task(self.runner.run(self.options.command, self.options.timeout_seconds))
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None

@@ -1,0 +1,171 @@
+"""Pingmesh collector: UDP echo probes to a peer list, and a responder answering everyone else's.
+
+Per peer (``device`` = peer name) every collect reports cumulative ``probes_sent``,
+``probes_received``, ``probes_lost`` (timed out), ``probes_late`` (a reply after the timeout; already
+counted lost, never counted again), ``probes_out_of_order``, and the interval's RTT ``rtt_min``,
+``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an HDR histogram, reset each collect;
+absent when no reply came back in the interval: no honest RTT exists then).
+
+Sockets come from the ``socket`` factory (``fabricd.probe.SocketFactory``): the netns lab passes one
+that opens sockets inside a host namespace. The ``responder`` factory makes the responder protocol
+(tests pass one that drops a known number of replies). The probing starts on the first ``collect()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.model import Kind, Reading
+from fabricd.probe import (
+    ProberProtocol,
+    ResponderProtocol,
+    Shape,
+    SocketFactory,
+    Target,
+    plain_udp_socket,
+    set_dscp,
+    start_prober,
+    start_responder,
+)
+
+SOURCE = "pingmesh"
+DEFAULT_PORT = 19471
+DEFAULT_RATE = 10.0  # probes/s per peer within a rack (Pingmesh, SIGCOMM 2015); configure less across
+
+
+class PeerOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128)
+    address: str
+    port: int = Field(default=DEFAULT_PORT, ge=1, le=65535)
+    rate_per_second: float = Field(default=DEFAULT_RATE, gt=0, le=1000)
+
+    @field_validator("address")
+    @classmethod
+    def _ip(cls, value: str) -> str:
+        ipaddress.ip_address(value)  # a literal address: no DNS lookups on the probe path
+        return value
+
+
+class PingmeshOptions(CollectorOptions):
+    peers: list[PeerOptions] = Field(default_factory=list, max_length=4096)
+    listen_address: str = "0.0.0.0"
+    listen_port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    respond: bool = True
+    timeout_seconds: float = Field(default=1.0, gt=0, le=60)
+    dscp: int | None = Field(default=None, ge=0, le=63)
+    shape: Shape = Shape.UDP
+    payload_bytes: int = Field(default=0, ge=0, le=8000)
+
+    @field_validator("peers")
+    @classmethod
+    def _unique(cls, peers: list[PeerOptions]) -> list[PeerOptions]:
+        names = [p.name for p in peers]
+        if len(set(names)) != len(names):
+            raise ValueError("peer names must be unique")
+        return peers
+
+
+def _family(address: str) -> int:
+    return socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+
+
+def _counter(peer: str, name: str, value: int) -> Reading:
+    return Reading(SOURCE, peer, "", name, float(value), "probes", kind=Kind.COUNTER, name=name, width=0)
+
+
+def _gauge(peer: str, name: str, seconds: float) -> Reading:
+    return Reading(SOURCE, peer, "", name, seconds, "seconds", kind=Kind.GAUGE, name=f"{name}_seconds",
+                   width=0)
+
+
+class PingmeshCollector:
+    name: ClassVar[str] = "pingmesh"
+    Options: ClassVar[type[CollectorOptions]] = PingmeshOptions
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        assert isinstance(ctx.options, PingmeshOptions)
+        self.options = ctx.options
+        self.socket_factory: SocketFactory = ctx.factories.get("socket", plain_udp_socket)
+        self.responder_factory: Callable[[], ResponderProtocol] = ctx.factories.get(
+            "responder", ResponderProtocol)
+        self.prober: ProberProtocol | None = None
+        self.responder: ResponderProtocol | None = None
+        self.transports: list[asyncio.DatagramTransport] = []
+
+    async def start(self, probe: bool = True) -> None:
+        """Open the responder, then (``probe``) start probing; ``start(probe=False)`` on every agent
+        of a mesh first avoids losing the first probes to peers whose responder is not up yet."""
+        if self.options.respond and self.responder is None:
+            await self._start_responder()
+        if probe and self.options.peers and self.prober is None:
+            await self._start_prober()
+
+    async def _start_responder(self) -> None:
+        sock = self.socket_factory(_family(self.options.listen_address))
+        sock.bind((self.options.listen_address, self.options.listen_port))
+        set_dscp(sock, self.options.dscp)  # replies travel in the same class as the requests
+        self.responder = self.responder_factory()
+        transport = await start_responder(sock, self.responder)
+        self.transports.append(transport)
+
+    async def _start_prober(self) -> None:
+        peers = self.options.peers
+        sock = self.socket_factory(_family(peers[0].address))
+        set_dscp(sock, self.options.dscp)
+        targets = [Target(p.name, p.address, p.port, p.rate_per_second) for p in peers]
+        timeout_ns = int(self.options.timeout_seconds * 1e9)
+        self.prober = ProberProtocol(targets, timeout_ns, shape=self.options.shape,
+                                     pad_len=self.options.payload_bytes)
+        self.transports.append(await start_prober(sock, self.prober))
+
+    @property
+    def listen_port(self) -> int:
+        """The responder's bound port (useful with ``listen_port: 0``)."""
+        assert self.transports and self.responder is not None
+        return int(self.transports[0].get_extra_info("sockname")[1])
+
+    async def collect(self) -> Sequence[Reading]:
+        await self.start()
+        if self.prober is None:
+            return []
+        now = self.prober.clock_ns()
+        out: list[Reading] = []
+        for session, target in self.prober.targets.items():
+            out.extend(self._peer_readings(target.name, session, now))
+        return out
+
+    def _peer_readings(self, peer: str, session: int, now_ns: int) -> list[Reading]:
+        assert self.prober is not None
+        ledger = self.prober.ledgers[session]
+        ledger.expire(now_ns)
+        c = ledger.counts()
+        out = [_counter(peer, "probes_sent", c.sent), _counter(peer, "probes_received", c.received),
+               _counter(peer, "probes_lost", c.lost), _counter(peer, "probes_late", c.late),
+               _counter(peer, "probes_out_of_order", c.out_of_order)]
+        rtt = ledger.take_rtt()
+        if rtt is not None:
+            for name, value in (("rtt_min", rtt.min), ("rtt_p50", rtt.p50), ("rtt_p90", rtt.p90),
+                                ("rtt_p99", rtt.p99), ("rtt_max", rtt.max)):
+                out.append(_gauge(peer, name, value))
+        return out
+
+    def stop_probing(self) -> None:
+        """Stop sending (the responder keeps answering): lets a caller drain in-flight probes."""
+        if self.prober is not None:
+            self.prober.stop_sending()
+
+    async def close(self) -> None:
+        self.stop_probing()
+        for transport in self.transports:
+            transport.close()
+        self.transports = []
+        await asyncio.sleep(0)  # let the cancelled pacing tasks finish

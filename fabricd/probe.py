@@ -1,0 +1,325 @@
+"""The pingmesh probe protocol: packet format, the per-peer ledger, the responder and the prober.
+
+Wire format (docs/latency.md), network byte order, 28 bytes plus optional zero padding::
+
+    magic "FDPB" | version u8 | type u8 (0 request, 1 reply) | pad_len u16 | session u32 | seq u64
+    | send_ns u64 (the prober's CLOCK_MONOTONIC, nanoseconds)
+
+A responder echoes the request with ``type`` set to reply and nothing else changed, so replies are the
+size of requests. ``session`` names one (prober, peer) pair: replies for a session a restarted prober
+no longer knows are ignored. RoCEv2-shaped probes put the same payload after a 12-byte InfiniBand BTH
+(UD SEND-only) and before a 4-byte ICRC, sent to UDP port 4791 so they hash onto the same ECMP paths
+and carry the same DSCP as RDMA traffic (IBTA Annex A17 "RoCEv2"); the payload is still ours.
+
+The ledger is pure (times passed in); the protocol classes do the socket I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import socket
+import struct
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from hdrh.histogram import HdrHistogram
+
+MAGIC = b"FDPB"
+VERSION = 1
+REQUEST = 0
+REPLY = 1
+HEADER = struct.Struct("!4sBBHIQQ")
+ROCEV2_PORT = 4791  # IANA: RoCEv2
+BTH_LEN = 12
+ICRC_LEN = 4
+UD_SEND_ONLY = 0x64  # BTH opcode: UD transport (0x60) | SEND_ONLY (0x04), IBTA vol 1 table 38
+HIST_MAX_US = 60_000_000  # RTTs above 60 s are clamped (a probe times out long before)
+EXPIRED_KEEP = 65536  # how many timed-out sequence numbers to remember for late-reply accounting
+
+
+class Shape(enum.StrEnum):
+    UDP = "udp"
+    ROCEV2 = "rocev2"
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    kind: int
+    session: int
+    seq: int
+    send_ns: int
+    pad_len: int = 0
+    shape: Shape = Shape.UDP
+
+
+def encode(probe: Probe) -> bytes:
+    body = HEADER.pack(MAGIC, VERSION, probe.kind, probe.pad_len, probe.session, probe.seq, probe.send_ns)
+    body += bytes(probe.pad_len)
+    return _wrap_bth(body, probe.seq) if probe.shape is Shape.ROCEV2 else body
+
+
+def _wrap_bth(body: bytes, seq: int) -> bytes:
+    from scapy.contrib.roce import BTH  # imported lazily: scapy is slow to import
+    from scapy.packet import Raw
+
+    # icrc=0: the ICRC covers IP/UDP fields the kernel fills in later; no switch checks it.
+    bth = BTH(opcode=UD_SEND_ONLY, dqpn=1, psn=seq & 0xFFFFFF, icrc=0)
+    return bytes(bth / Raw(body))
+
+
+def decode(data: bytes) -> Probe | None:
+    """A probe from a datagram (plain or BTH-wrapped), or None for anything else."""
+    shape = Shape.UDP
+    if data[BTH_LEN : BTH_LEN + 4] == MAGIC and data[:4] != MAGIC:
+        data, shape = data[BTH_LEN:-ICRC_LEN], Shape.ROCEV2
+    if len(data) < HEADER.size or data[:4] != MAGIC:
+        return None
+    _magic, version, kind, pad_len, session, seq, send_ns = HEADER.unpack_from(data)
+    if version != VERSION or kind not in (REQUEST, REPLY):
+        return None
+    return Probe(kind, session, seq, send_ns, pad_len, shape)
+
+
+def reply_to(probe: Probe) -> bytes:
+    return encode(Probe(REPLY, probe.session, probe.seq, probe.send_ns, probe.pad_len, probe.shape))
+
+
+# --- accounting ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RttSummary:
+    """RTT over one collect interval, in seconds."""
+
+    count: int
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCounts:
+    """Cumulative since the prober started: sent = received + lost + in flight."""
+
+    sent: int
+    received: int
+    lost: int
+    late: int
+    out_of_order: int
+    duplicate: int
+    in_flight: int
+
+
+class Ledger:
+    """Exact per-peer accounting of probes, from sequence numbers and times passed in (pure).
+
+    A probe is received once (duplicates ignored), lost once when its timeout passes, and a reply
+    that arrives after that is counted as ``late`` only, never also as received. ``out_of_order``
+    counts replies whose sequence number is below the highest one already received.
+    """
+
+    def __init__(self, timeout_ns: int) -> None:
+        self.timeout_ns = timeout_ns
+        self.outstanding: OrderedDict[int, int] = OrderedDict()  # seq -> send time (ns), in send order
+        self.expired: OrderedDict[int, None] = OrderedDict()
+        self.sent = self.received = self.lost = self.late = self.out_of_order = self.duplicate = 0
+        self.highest = -1
+        self.hist = HdrHistogram(1, HIST_MAX_US, 3)
+        self.rtt_min_ns: int | None = None
+        self.rtt_max_ns = 0
+
+    def on_send(self, seq: int, now_ns: int) -> None:
+        self.sent += 1
+        self.outstanding[seq] = now_ns
+
+    def on_reply(self, seq: int, now_ns: int) -> None:
+        self.expire(now_ns)
+        sent_ns = self.outstanding.pop(seq, None)
+        if sent_ns is None:
+            self._unexpected(seq)
+            return
+        self.received += 1
+        if seq < self.highest:
+            self.out_of_order += 1
+        self.highest = max(self.highest, seq)
+        self._record(now_ns - sent_ns)
+
+    def _unexpected(self, seq: int) -> None:
+        if seq in self.expired:
+            del self.expired[seq]  # a second copy of a late reply is a duplicate, not late again
+            self.late += 1
+        else:
+            self.duplicate += 1
+
+    def _record(self, rtt_ns: int) -> None:
+        self.hist.record_value(min(HIST_MAX_US, max(1, round(rtt_ns / 1000))))
+        self.rtt_min_ns = rtt_ns if self.rtt_min_ns is None else min(self.rtt_min_ns, rtt_ns)
+        self.rtt_max_ns = max(self.rtt_max_ns, rtt_ns)
+
+    def expire(self, now_ns: int) -> None:
+        while self.outstanding:
+            seq, sent_ns = next(iter(self.outstanding.items()))
+            if now_ns - sent_ns < self.timeout_ns:
+                return  # send order = time order: the rest are younger
+            del self.outstanding[seq]
+            self.lost += 1
+            self.expired[seq] = None
+            if len(self.expired) > EXPIRED_KEEP:
+                self.expired.popitem(last=False)
+
+    def counts(self) -> PeerCounts:
+        return PeerCounts(self.sent, self.received, self.lost, self.late, self.out_of_order,
+                          self.duplicate, len(self.outstanding))
+
+    def take_rtt(self) -> RttSummary | None:
+        """The interval's RTT summary, and a fresh interval; None when nothing came back."""
+        count = self.hist.get_total_count()
+        if not count or self.rtt_min_ns is None:
+            return None
+        pct = self.hist.get_value_at_percentile
+        summary = RttSummary(count, self.rtt_min_ns / 1e9, pct(50) / 1e6, pct(90) / 1e6, pct(99) / 1e6,
+                             self.rtt_max_ns / 1e9)
+        self.hist.reset()
+        self.rtt_min_ns, self.rtt_max_ns = None, 0
+        return summary
+
+
+# --- sockets ------------------------------------------------------------------------------------
+
+
+class SocketFactory(Protocol):
+    """Makes an unbound UDP socket; the lab's version makes it inside a network namespace."""
+
+    def __call__(self, family: int) -> socket.socket: ...
+
+
+def plain_udp_socket(family: int) -> socket.socket:
+    return socket.socket(family, socket.SOCK_DGRAM)
+
+
+def set_dscp(sock: socket.socket, dscp: int | None) -> None:
+    if dscp is not None:  # DSCP is the upper 6 bits of the TOS / traffic class byte (RFC 2474)
+        level, opt = ((socket.IPPROTO_IPV6, socket.IPV6_TCLASS) if sock.family == socket.AF_INET6
+                      else (socket.IPPROTO_IP, socket.IP_TOS))
+        sock.setsockopt(level, opt, dscp << 2)
+
+
+ReplyFilter = Callable[[Probe], bool]
+
+
+def always_reply(_probe: Probe) -> bool:
+    return True
+
+
+class ResponderProtocol(asyncio.DatagramProtocol):
+    """Answers every probe request it receives (that the filter lets through)."""
+
+    def __init__(self, reply_filter: ReplyFilter = always_reply) -> None:
+        self.reply_filter = reply_filter
+        self.transport: asyncio.DatagramTransport | None = None
+        self.answered = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        probe = decode(data)
+        if probe is None or probe.kind != REQUEST or self.transport is None:
+            return
+        if self.reply_filter(probe):
+            self.transport.sendto(reply_to(probe), addr)
+            self.answered += 1
+
+
+def drop_every(k: int) -> ReplyFilter:
+    """A reply filter that drops every k-th request it sees: a known, exact amount of loss."""
+    seen = 0
+
+    def keep(_probe: Probe) -> bool:
+        nonlocal seen
+        seen += 1
+        return seen % k != 0
+
+    return keep
+
+
+async def start_responder(sock: socket.socket, protocol: ResponderProtocol) -> asyncio.DatagramTransport:
+    loop = asyncio.get_running_loop()
+    sock.setblocking(False)
+    transport, _ = await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
+    return transport
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    address: str
+    port: int
+    rate_per_second: float
+
+
+class ProberProtocol(asyncio.DatagramProtocol):
+    """Sends probes to every target at its rate from one socket and feeds replies to the ledgers."""
+
+    def __init__(
+        self, targets: Iterable[Target], timeout_ns: int, *, shape: Shape = Shape.UDP, pad_len: int = 0,
+        clock_ns: Callable[[], int] = time.monotonic_ns, session_base: int = 0,
+    ) -> None:
+        self.targets = {session_base + i: t for i, t in enumerate(targets)}
+        self.ledgers = {s: Ledger(timeout_ns) for s in self.targets}
+        self.shape, self.pad_len, self.clock_ns = shape, pad_len, clock_ns
+        self.transport: asyncio.DatagramTransport | None = None
+        self.tasks: list[asyncio.Task[None]] = []
+        self.send_errors = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
+        self.transport = cast(asyncio.DatagramTransport, transport)
+        self.tasks = [asyncio.create_task(self._pace(s)) for s in self.targets]
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        probe = decode(data)
+        if probe is not None and probe.kind == REPLY and probe.session in self.ledgers:
+            self.ledgers[probe.session].on_reply(probe.seq, self.clock_ns())
+
+    def error_received(self, exc: Exception) -> None:
+        self.send_errors += 1  # ICMP unreachable from a peer with no responder: its probes time out
+
+    def send_one(self, session: int, seq: int) -> None:
+        target, now = self.targets[session], self.clock_ns()
+        data = encode(Probe(REQUEST, session, seq, now, self.pad_len, self.shape))
+        assert self.transport is not None
+        self.ledgers[session].on_send(seq, now)
+        self.transport.sendto(data, (target.address, target.port))
+
+    async def _pace(self, session: int) -> None:
+        # Absolute schedule (start + k / rate): a slow loop iteration does not lower the rate.
+        interval = 1.0 / self.targets[session].rate_per_second
+        loop = asyncio.get_running_loop()
+        start, seq = loop.time(), 0
+        while True:
+            self.send_one(session, seq)
+            seq += 1
+            await asyncio.sleep(max(0.0, start + seq * interval - loop.time()))
+
+    def stop_sending(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        self.tasks = []
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.stop_sending()
+
+
+async def start_prober(sock: socket.socket, protocol: ProberProtocol) -> asyncio.DatagramTransport:
+    loop = asyncio.get_running_loop()
+    sock.setblocking(False)
+    transport, _ = await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
+    return transport

@@ -1,0 +1,206 @@
+"""Pingmesh: the probe ledger's exact accounting, the wire format, and real UDP probes on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collectors.pingmesh import PingmeshCollector
+from fabricd.collector import CollectorConfigError, build
+from fabricd.model import Kind, Reading
+from fabricd.probe import (
+    REPLY,
+    REQUEST,
+    Ledger,
+    Probe,
+    ResponderProtocol,
+    Shape,
+    decode,
+    drop_every,
+    encode,
+    reply_to,
+)
+
+REGISTRY = {"pingmesh": "collectors.pingmesh:PingmeshCollector"}
+MS = 1_000_000
+
+
+def _mesh(options: Mapping[str, Any], factories: Mapping[str, Callable[..., Any]] | None = None) -> PingmeshCollector:
+    collector = build("pingmesh", dict(options), node="n1", sysfs_root=Path("/sys"), registry=REGISTRY,
+                      factories=factories)
+    assert isinstance(collector, PingmeshCollector)
+    return collector
+
+
+def _by_counter(readings: list[Reading] | Any, peer: str) -> dict[str, float]:
+    return {r.counter: r.value for r in readings if r.device == peer}
+
+
+# --- the ledger (pure) --------------------------------------------------------------------------
+
+
+def test_timeouts_are_loss_and_late_replies_are_not_counted_twice() -> None:
+    ledger = Ledger(timeout_ns=100 * MS)
+    for seq in range(5):
+        ledger.on_send(seq, seq * MS)
+    ledger.on_reply(0, 10 * MS)
+    ledger.on_reply(2, 12 * MS)
+    ledger.expire(150 * MS)  # 1, 3, 4 time out
+    ledger.on_reply(3, 160 * MS)  # late: already lost
+    ledger.on_reply(3, 161 * MS)  # the same late reply duplicated
+    ledger.on_reply(0, 162 * MS)  # duplicate of a received one
+    c = ledger.counts()
+    assert (c.sent, c.received, c.lost, c.late, c.duplicate, c.in_flight) == (5, 2, 3, 1, 2, 0)
+    assert c.received + c.lost == c.sent
+
+
+def test_out_of_order_replies_are_counted_and_still_received() -> None:
+    ledger = Ledger(timeout_ns=1000 * MS)
+    for seq in range(4):
+        ledger.on_send(seq, 0)
+    for seq in (0, 2, 1, 3):
+        ledger.on_reply(seq, 5 * MS)
+    assert (ledger.counts().received, ledger.counts().out_of_order) == (4, 1)
+
+
+def test_rtt_summary_covers_one_interval() -> None:
+    ledger = Ledger(timeout_ns=1000 * MS)
+    for seq, rtt_ms in enumerate([1, 2, 3, 4, 100]):
+        ledger.on_send(seq, 0)
+        ledger.on_reply(seq, rtt_ms * MS)
+    rtt = ledger.take_rtt()
+    assert rtt is not None
+    assert (rtt.count, rtt.min, rtt.max) == (5, 0.001, 0.1)
+    assert rtt.p50 == pytest.approx(0.003, rel=1e-3) and rtt.p99 == pytest.approx(0.1, rel=1e-3)
+    assert ledger.take_rtt() is None  # a new interval with no replies has no RTT
+
+
+# --- wire format --------------------------------------------------------------------------------
+
+
+def test_probe_round_trips_and_rejects_foreign_datagrams() -> None:
+    probe = Probe(REQUEST, session=7, seq=2**40, send_ns=123456789, pad_len=100)
+    data = encode(probe)
+    assert len(data) == 28 + 100 and decode(data) == probe
+    assert decode(reply_to(probe)) == Probe(REPLY, 7, 2**40, 123456789, 100)
+    assert decode(b"GET / HTTP/1.1\r\n\r\n" * 3) is None
+    assert decode(data[:20]) is None
+
+
+def test_rocev2_probe_is_a_bth_that_scapy_reads() -> None:
+    from scapy.contrib.roce import BTH
+
+    data = encode(Probe(REQUEST, 1, 77, 5, shape=Shape.ROCEV2))
+    bth = BTH(data)  # the oracle: scapy's own RoCE dissector
+    assert (bth.opcode, bth.psn) == (0x64, 77)
+    assert decode(data) == Probe(REQUEST, 1, 77, 5, shape=Shape.ROCEV2)
+
+
+# --- real UDP on loopback -----------------------------------------------------------------------
+
+
+class _DelayingResponder(ResponderProtocol):
+    """Answers every ``k``-th probe only after ``delay`` seconds (past the prober's timeout)."""
+
+    def __init__(self, k: int, delay: float) -> None:
+        super().__init__()
+        self.k, self.delay, self.seen, self.delayed = k, delay, 0, 0
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        self.seen += 1
+        if self.seen % self.k:
+            super().datagram_received(data, addr)
+            return
+        self.delayed += 1
+        asyncio.get_running_loop().call_later(self.delay, super().datagram_received, data, addr)
+
+
+class _EchoTwice(ResponderProtocol):
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        super().datagram_received(data, addr)
+        super().datagram_received(data, addr)
+
+
+async def _pair(responder: Callable[[], ResponderProtocol], **prober: Any) -> tuple[PingmeshCollector, ...]:
+    server = _mesh({"listen_address": "127.0.0.1", "listen_port": 0}, {"responder": responder})
+    await server.collect()
+    peer = {"name": "srv", "address": "127.0.0.1", "port": server.listen_port, "rate_per_second": 200}
+    client = _mesh({"peers": [peer], "respond": False, "timeout_seconds": 0.25, **prober})
+    return server, client
+
+
+async def _run_and_drain(client: PingmeshCollector, seconds: float, drain: float = 0.4) -> list[Reading]:
+    await client.collect()
+    await asyncio.sleep(seconds)
+    client.stop_probing()
+    await asyncio.sleep(drain)  # every probe is now answered or past its timeout
+    return list(await client.collect())
+
+
+async def test_dropped_replies_are_exactly_the_loss() -> None:
+    responder = ResponderProtocol(drop_every(4))
+    server, client = await _pair(lambda: responder)
+    readings = await _run_and_drain(client, 0.6)
+    await client.close()
+    await server.close()
+    got = _by_counter(readings, "srv")
+    assert got["probes_sent"] >= 40
+    assert got["probes_lost"] == got["probes_sent"] // 4  # exactly the replies the responder dropped
+    assert got["probes_received"] + got["probes_lost"] == got["probes_sent"]
+    assert (got["probes_late"], got["probes_out_of_order"]) == (0, 0)
+
+
+async def test_late_replies_count_as_loss_once_and_as_late() -> None:
+    responder = _DelayingResponder(k=5, delay=0.5)
+    server, client = await _pair(lambda: responder)
+    readings = await _run_and_drain(client, 0.5, drain=0.8)
+    await client.close()
+    await server.close()
+    got = _by_counter(readings, "srv")
+    assert responder.delayed >= 10
+    assert got["probes_lost"] == responder.delayed == got["probes_late"]
+    assert got["probes_received"] == got["probes_sent"] - responder.delayed
+
+
+async def test_duplicated_replies_are_ignored() -> None:
+    server, client = await _pair(_EchoTwice)
+    readings = await _run_and_drain(client, 0.3)
+    await client.close()
+    await server.close()
+    got = _by_counter(readings, "srv")
+    assert got["probes_received"] == got["probes_sent"] > 0 and got["probes_lost"] == 0
+
+
+async def test_rtt_gauges_and_counter_kinds() -> None:
+    server, client = await _pair(ResponderProtocol, shape="rocev2", payload_bytes=64)
+    readings = await _run_and_drain(client, 0.3)
+    await client.close()
+    await server.close()
+    kinds = {r.counter: (r.kind, r.unit) for r in readings}
+    assert kinds["probes_sent"] == (Kind.COUNTER, "probes")
+    assert kinds["rtt_p99"] == (Kind.GAUGE, "seconds")
+    got = _by_counter(readings, "srv")
+    assert got["probes_received"] == got["probes_sent"] > 0  # BTH-wrapped probes are answered too
+    assert 0 < got["rtt_min"] <= got["rtt_p50"] <= got["rtt_p90"] <= got["rtt_p99"] <= got["rtt_max"] * 1.001
+
+
+async def test_dscp_marks_probe_and_reply_sockets() -> None:
+    server, client = await _pair(ResponderProtocol, dscp=26)
+    await client.collect()
+    sock = client.transports[0].get_extra_info("socket")
+    tos = sock.getsockopt(socket.IPPROTO_IP, socket.IP_TOS)
+    await client.close()
+    await server.close()
+    assert tos == 26 << 2  # AF41 in the upper six bits of the TOS byte
+
+
+def test_options_are_validated_at_load() -> None:
+    with pytest.raises(CollectorConfigError, match=r"collectors\.pingmesh\.peers\.0\.address"):
+        _mesh({"peers": [{"name": "a", "address": "not-an-ip"}]})
+    with pytest.raises(CollectorConfigError, match="unique"):
+        _mesh({"peers": [{"name": "a", "address": "10.0.0.1"}, {"name": "a", "address": "10.0.0.2"}]})
