@@ -1,0 +1,486 @@
+"""InfiniBand / RoCE HCA counters from ``<sysfs>/class/infiniband`` (kernel ABI ``sysfs-class-infiniband``).
+
+Per device: ``fw_ver``, ``board_id``, ``hca_type``, ``node_guid`` (one INFO reading) and device-level
+``hw_counters/`` (port ``""``). Per port: ``counters/`` (PMA PortCounters/PortCountersExtended),
+``counters_ext/`` (pre-4.5 kernels, ``*_64``), ``hw_counters/`` (driver counters, kernel >= 4.6),
+``state``/``phys_state``/``rate`` gauges and one port INFO reading (``link_layer`` and state names).
+
+Cost per scrape matters (a node polls every second): the tree is discovered once, counter files
+stay open and are re-read with ``pread(fd, 64, 0)`` (a sysfs read at offset 0 regenerates the
+value), and values are parsed with ``int()``. The tree is re-discovered when the device listing
+changes (names or inodes: a driver reload re-creates the device folders), when a read fails
+(``ENODEV`` after hot-unplug, ``ENOENT``), and every ``rescan_every`` scrapes (new ``hw_counters``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, TypeVar
+
+from pydantic import Field
+
+from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.model import Kind, Reading, labels_of
+
+log = logging.getLogger("fabricd.collectors.infiniband")
+
+SOURCE = "infiniband"
+# port_xmit_data / port_rcv_data count 4-octet words ("divided by 4": kernel ABI sysfs-class-infiniband).
+WORD_BYTES = 4
+GBIT_BYTES_PER_SECOND = 125_000_000  # 1 Gb/s = 125,000,000 bytes/s (procfs class_infiniband.go does the same)
+MAX_LABEL_CHARS = 128  # strings from the device become label values: bound them
+_READ_SIZE = 64  # enough for "18446744073709551615\n" and "N/A (no PMA)\n"
+_ATTR_SIZE = 4096
+T = TypeVar("T")
+
+
+# --- counter semantics per sysfs file -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSpec:
+    """How one sysfs counter file maps to a Reading (width applies to the raw value)."""
+
+    unit: str
+    width: int = 64
+    saturates: bool = False
+    scale: int = 1
+    name: str = ""
+
+
+def _pma(unit: str, width: int, name: str) -> CounterSpec:
+    # IBA vol. 1 rel. 1.3, 16.1.3.5 PortCounters: the narrow counters stop at all ones ("shall not
+    # wrap"); the kernel reports them as read (drivers/infiniband/core/sysfs.c, pma_table).
+    return CounterSpec(unit, width, True, 1, name)
+
+
+# counters/ on kernels >= 4.5: base PortCounters (narrow, saturating) plus data/packet counters from
+# PortCountersExtended (64 bit) when the HCA supports them (sysfs.c get_counter_table, pma_table_ext).
+PORT_COUNTERS: dict[str, CounterSpec] = {
+    "symbol_error": _pma("", 16, "symbol_errors"),
+    "link_error_recovery": _pma("", 8, "link_error_recovery"),
+    "link_downed": _pma("", 8, "link_downed"),
+    "port_rcv_errors": _pma("", 16, "port_receive_errors"),
+    "port_rcv_remote_physical_errors": _pma("", 16, "port_receive_remote_physical_errors"),
+    "port_rcv_switch_relay_errors": _pma("", 16, "port_receive_switch_relay_errors"),
+    "port_xmit_discards": _pma("", 16, "port_transmit_discards"),
+    "port_xmit_constraint_errors": _pma("", 8, "port_transmit_constraint_errors"),
+    "port_rcv_constraint_errors": _pma("", 8, "port_receive_constraint_errors"),
+    "local_link_integrity_errors": _pma("", 4, "local_link_integrity_errors"),
+    "excessive_buffer_overrun_errors": _pma("", 4, "excessive_buffer_overrun_errors"),
+    "VL15_dropped": _pma("", 16, "vl15_dropped"),
+    # Ticks with data to send but nothing sent (no credits / lost arbitration): 32 bit, saturating.
+    "port_xmit_wait": _pma("ticks", 32, "port_transmit_wait"),
+    "port_xmit_data": CounterSpec("bytes", 64, False, WORD_BYTES, "port_transmit_data"),
+    "port_rcv_data": CounterSpec("bytes", 64, False, WORD_BYTES, "port_receive_data"),
+    "port_xmit_packets": CounterSpec("packets", 64, False, 1, "port_transmit_packets"),
+    "port_rcv_packets": CounterSpec("packets", 64, False, 1, "port_receive_packets"),
+    "unicast_xmit_packets": CounterSpec("packets", 64, False, 1, "unicast_transmit_packets"),
+    "unicast_rcv_packets": CounterSpec("packets", 64, False, 1, "unicast_receive_packets"),
+    "multicast_xmit_packets": CounterSpec("packets", 64, False, 1, "multicast_transmit_packets"),
+    "multicast_rcv_packets": CounterSpec("packets", 64, False, 1, "multicast_receive_packets"),
+    "port_rcv_discards": CounterSpec("", 64, False, 1, "port_receive_discards"),
+}
+# Before kernel 4.5 counters/ always held the 32-bit PortCounters data/packet fields (saturating)
+# and the 64-bit ones lived in counters_ext/ (procfs class_infiniband.go; kernel commit 145d9c5).
+_LEGACY_DATA = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
+COUNTERS_EXT: dict[str, CounterSpec] = {
+    "port_xmit_data_64": CounterSpec("bytes", 64, False, WORD_BYTES, "legacy_port_transmit_data"),
+    "port_rcv_data_64": CounterSpec("bytes", 64, False, WORD_BYTES, "legacy_port_receive_data"),
+    "port_xmit_packets_64": CounterSpec("packets", 64, False, 1, "legacy_port_transmit_packets"),
+    "port_rcv_packets_64": CounterSpec("packets", 64, False, 1, "legacy_port_receive_packets"),
+    "port_unicast_xmit_packets": CounterSpec("packets", 64, False, 1, "legacy_unicast_transmit_packets"),
+    "port_unicast_rcv_packets": CounterSpec("packets", 64, False, 1, "legacy_unicast_receive_packets"),
+    "port_multicast_xmit_packets": CounterSpec("packets", 64, False, 1, "legacy_multicast_transmit_packets"),
+    "port_multicast_rcv_packets": CounterSpec("packets", 64, False, 1, "legacy_multicast_receive_packets"),
+}
+# mlx5 hw_counters read from the firmware's Q counters are 32-bit fields of query_q_counter_out and
+# wrap (drivers/infiniband/hw/mlx5/counters.c: basic/out_of_seq/retrans/extended_err/roce_accl
+# q counters, be32); the congestion (np_*, rp_*) and PPCNT counters are 64 bit (DOMAIN.md).
+MLX5_Q_COUNTERS_32 = frozenset({
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "rx_dct_connect", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err", "implied_nak_seq_err",
+    "local_ack_timeout_err", "resp_local_length_error", "resp_cqe_error", "req_cqe_error",
+    "req_remote_invalid_request", "req_remote_access_errors", "resp_remote_access_errors",
+    "resp_cqe_flush_error", "req_cqe_flush_error", "roce_adp_retrans", "roce_adp_retrans_to",
+    "roce_slow_restart", "roce_slow_restart_cnps", "roce_slow_restart_trans",
+    "req_transport_retries_exceeded", "req_rnr_retries_exceeded",
+})  # fmt: skip
+_CNP_COUNTERS = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"})
+# Not counters: the hw_counters cache time in ms (DOMAIN.md).
+_NOT_COUNTERS = frozenset({"lifespan"})
+
+
+def hw_counter_spec(counter: str, *, mlx5: bool) -> CounterSpec:
+    """Spec of a ``hw_counters/`` file; unknown drivers' counters are taken as 64-bit."""
+    width = 32 if mlx5 and counter in MLX5_Q_COUNTERS_32 else 64
+    return CounterSpec(_hw_unit(counter), width, False, 1, safe_name(counter))
+
+
+def _hw_unit(counter: str) -> str:
+    if counter.endswith("_bytes"):
+        return "bytes"
+    if counter.endswith(("_packets", "_pkts")) or counter in _CNP_COUNTERS:
+        return "packets"
+    return ""
+
+
+def counter_spec(folder: str, counter: str, *, legacy: bool, mlx5: bool) -> CounterSpec | None:
+    """Spec for ``<folder>/<counter>``; ``None`` for files that are not counters."""
+    if counter in _NOT_COUNTERS:
+        return None
+    if folder == "hw_counters":
+        return hw_counter_spec(counter, mlx5=mlx5)
+    table = COUNTERS_EXT if folder == "counters_ext" else PORT_COUNTERS
+    spec = table.get(counter) or CounterSpec("", 64, False, 1, safe_name(counter))
+    if legacy and folder == "counters" and counter in _LEGACY_DATA:
+        return CounterSpec(spec.unit, 32, True, spec.scale, spec.name)
+    return spec
+
+
+def effective_width(spec: CounterSpec, raw: int) -> tuple[int, bool]:
+    """A value above all ones proves the counter is wider than its spec (seen in edited fixtures)."""
+    if spec.width < 64 and raw >> spec.width:
+        return 64, False
+    return spec.width, spec.saturates
+
+
+def safe_name(counter: str) -> str:
+    """A Prometheus-safe stem for a raw counter name (``""`` when the raw name already is one)."""
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in counter).lower()
+    if cleaned[:1].isdigit():
+        cleaned = f"_{cleaned}"
+    return "" if cleaned == counter else cleaned
+
+
+# --- pure parsers -------------------------------------------------------------------------------
+
+
+def parse_value(data: bytes | str) -> int | None:
+    """A counter file's value; ``None`` for ``N/A (no PMA)`` (iWARP), empty or garbled content."""
+    try:
+        value = int(data)  # strips surrounding whitespace (no trailing newline, "\n\n") and accepts bytes
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def parse_state(text: bytes | str) -> tuple[int, str]:
+    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; ``"5: LinkUp"`` -> ``(5, "LinkUp")``. ValueError if garbled."""
+    number, sep, name = _text(text).partition(":")
+    if not sep:
+        raise ValueError(f"state without ':': {text!r}")
+    return int(number.strip()), name.strip()
+
+
+def parse_rate(text: bytes | str) -> float:
+    """``"400 Gb/sec (4X NDR)"`` -> 5e10 bytes/s (first token in Gb/s x 125,000,000)."""
+    first = _text(text).split(maxsplit=1)
+    if not first:
+        raise ValueError("empty rate")
+    return float(first[0]) * GBIT_BYTES_PER_SECOND
+
+
+def _text(data: bytes | str) -> str:
+    """An attribute's text: decoded, surrounding whitespace (``InfiniBand\\n\\n``) removed."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return text.strip()
+
+
+# --- discovery (I/O) ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CounterFile:
+    """An open counter file and what its value means."""
+
+    path: str
+    fd: int | None
+    device: str
+    port: str
+    counter: str
+    spec: CounterSpec
+    # The last content read and its Reading: an unchanged file (most error counters, most of the
+    # time) reuses the immutable Reading instead of building a new one (the costliest step).
+    last_data: bytes | None = None
+    last: Reading | None = None
+
+    def reading(self, raw: int) -> Reading:
+        spec = self.spec
+        width, saturates = effective_width(spec, raw)
+        return Reading(SOURCE, self.device, self.port, self.counter, float(raw * spec.scale), spec.unit,
+                       Kind.COUNTER, (), spec.name, width, saturates, float(spec.scale))  # fmt: skip
+
+
+@dataclass(slots=True)
+class PortFiles:
+    device: str
+    port: str
+    link_layer: str
+    state: CounterFile | None
+    phys_state: CounterFile | None
+    rate: CounterFile | None
+    last_raw: tuple[bytes | None, ...] = ()  # (state, phys_state, rate) as last read
+    last_readings: list[Reading] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    """What one discovery found; reused until the tree changes."""
+
+    signature: tuple[tuple[str, int], ...] | None
+    counters: list[CounterFile] = field(default_factory=list)
+    ports: list[PortFiles] = field(default_factory=list)
+    infos: list[Reading] = field(default_factory=list)
+
+    def close(self) -> None:
+        for f in self._files():
+            if f.fd is not None:
+                os.close(f.fd)
+                f.fd = None
+
+    def _files(self) -> Iterator[CounterFile]:
+        yield from self.counters
+        for p in self.ports:
+            yield from (f for f in (p.state, p.phys_state, p.rate) if f is not None)
+
+
+def signature(top: Path) -> tuple[tuple[str, int], ...] | None:
+    """Device names and folder inodes: changes when a device appears, vanishes or is re-created."""
+    try:
+        with os.scandir(top) as it:
+            return tuple(sorted((e.name, _inode(e)) for e in it))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _inode(entry: os.DirEntry[str]) -> int:
+    try:
+        return entry.stat().st_ino  # follows the class/infiniband/<dev> symlink to the device folder
+    except OSError:
+        return -1
+
+
+class _Discovery:
+    """Walks the tree once and opens the files to re-read; the open-file budget is bounded."""
+
+    def __init__(self, top: Path, max_open: int) -> None:
+        self.top = top
+        self.budget = max_open
+        self.plan = Plan(signature(top))
+
+    def run(self) -> Plan:
+        for name in sorted(n for n, _ in self.plan.signature or ()):
+            try:
+                self._device(self.top / name, name)
+            except OSError as exc:  # vanished mid-walk: the next scrape's signature differs
+                log.debug("infiniband: skipping %s: %s", name, exc)
+        return self.plan
+
+    def _device(self, path: Path, device: str) -> None:
+        attrs = {k: _read_attr(path / k) for k in ("fw_ver", "board_id", "hca_type", "node_guid")}
+        self.plan.infos.append(_device_info(device, attrs))
+        mlx5 = device.startswith("mlx5") or (attrs["hca_type"] or "").startswith("MT")
+        self._folder(path / "hw_counters", device, "", legacy=False, mlx5=mlx5)
+        ports = path / "ports"
+        for port in sorted(_listdir(ports), key=_port_order):
+            self._port(ports / port, device, port, mlx5)
+
+    def _port(self, path: Path, device: str, port: str, mlx5: bool) -> None:
+        legacy = (path / "counters_ext").is_dir()
+        for folder in ("counters", "counters_ext", "hw_counters"):
+            self._folder(path / folder, device, port, legacy=legacy, mlx5=mlx5)
+        gauge = CounterSpec("")
+        self.plan.ports.append(PortFiles(
+            device, port, _read_attr(path / "link_layer") or "",
+            self._open(path / "state", device, port, "state", gauge),
+            self._open(path / "phys_state", device, port, "phys_state", gauge),
+            self._open(path / "rate", device, port, "rate", gauge),
+        ))  # fmt: skip
+
+    def _folder(self, path: Path, device: str, port: str, *, legacy: bool, mlx5: bool) -> None:
+        for counter in sorted(_listdir(path)):
+            spec = counter_spec(path.name, counter, legacy=legacy, mlx5=mlx5)
+            if spec is not None:
+                f = self._open(path / counter, device, port, counter, spec)
+                if f is not None:
+                    self.plan.counters.append(f)
+
+    def _open(self, path: Path, device: str, port: str, counter: str, spec: CounterSpec) -> CounterFile | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if self.budget > 0 else None
+        except FileNotFoundError:
+            return None
+        except OSError:
+            fd = None  # unreadable now (EACCES): retried by path on every scrape
+        if fd is not None:
+            self.budget -= 1
+        elif not path.exists():
+            return None
+        return CounterFile(str(path), fd, device, port, counter, spec)
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # bnxt_re has no counters/; pre-4.6 kernels have no hw_counters/
+
+
+def _port_order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def _read_attr(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return _text(f.read(_ATTR_SIZE))[:MAX_LABEL_CHARS]
+    except OSError:
+        return None  # optional: hfi1 has no hca_type, older kernels no node_guid
+
+
+def _device_info(device: str, attrs: dict[str, str | None]) -> Reading:
+    labels = labels_of({
+        "firmware_version": attrs["fw_ver"] or "", "board_id": attrs["board_id"] or "",
+        "hca_type": attrs["hca_type"] or "", "node_guid": attrs["node_guid"] or "",
+    })  # fmt: skip
+    return Reading(SOURCE, device, "", "info", 1.0, "", Kind.INFO, labels, "device_info", 0)
+
+
+def _gauge(p: PortFiles, counter: str, value: float, unit: str, name: str) -> Reading:
+    return Reading(SOURCE, p.device, p.port, counter, value, unit, Kind.GAUGE, (), name, 0)
+
+
+def pread_path(path: str) -> bytes:
+    """Read a file over the open-file budget: open, read at offset 0, close."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.pread(fd, _READ_SIZE, 0)
+    finally:
+        os.close(fd)
+
+
+def port_readings(p: PortFiles, state_b: bytes | None, phys_b: bytes | None, rate_b: bytes | None) -> list[Reading]:
+    """The port's gauges (state id, physical state id, rate) and its INFO reading."""
+    state = _parsed(state_b, parse_state)
+    phys = _parsed(phys_b, parse_state)
+    rate = _parsed(rate_b, parse_rate)
+    out: list[Reading] = []
+    if state is not None:
+        out.append(_gauge(p, "state", float(state[0]), "", "port_state"))
+    if phys is not None:
+        out.append(_gauge(p, "phys_state", float(phys[0]), "", "port_physical_state"))
+    if rate is not None:
+        out.append(_gauge(p, "rate", rate, "bytes_per_second", "link_rate"))
+    labels = labels_of({"link_layer": p.link_layer, "state": state[1] if state else "",
+                        "phys_state": phys[1] if phys else ""})  # fmt: skip
+    out.append(Reading(SOURCE, p.device, p.port, "port_info", 1.0, "", Kind.INFO, labels, "port_info", 0))
+    return out
+
+
+def _parsed(data: bytes | None, parse: Callable[[bytes], T]) -> T | None:
+    if data is None:
+        return None
+    try:
+        return parse(data)
+    except ValueError:
+        log.debug("infiniband: garbled attribute %r", data)  # skipped, never reported as zero
+        return None
+
+
+# --- the collector ------------------------------------------------------------------------------
+
+
+class InfinibandCollector:
+    """Reads every HCA's port counters, hw_counters, states and rates."""
+
+    name: ClassVar[str] = "infiniband"
+
+    class Options(CollectorOptions):
+        rescan_every: int = Field(60, ge=1, description="scrapes between full re-discoveries of the tree")
+        max_open_files: int = Field(1024, ge=0, description="counter files kept open between scrapes")
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        opts = ctx.options if isinstance(ctx.options, self.Options) else self.Options.model_validate({})
+        self.top = ctx.sysfs_root / "class" / "infiniband"
+        self.rescan_every = opts.rescan_every
+        self.max_open_files = opts.max_open_files
+        self.discoveries = 0  # how often the tree was walked (tests, debugging)
+        self._plan: Plan | None = None
+        self._scrapes_since_discovery = 0
+        self._stale = False
+        self._said_no_devices = False
+
+    async def collect(self) -> Sequence[Reading]:
+        # sysfs reads can block (hw_counters query the firmware): keep them off the event loop.
+        return await asyncio.to_thread(self.scrape)
+
+    def close(self) -> None:
+        if self._plan is not None:
+            self._plan.close()
+            self._plan = None
+
+    def scrape(self) -> list[Reading]:
+        """One synchronous scrape (``collect`` runs it in a thread)."""
+        plan = self._current_plan()
+        if not plan.signature:
+            self._log_no_devices()
+            return []
+        self._said_no_devices = False
+        out = list(plan.infos)
+        self._read_counters(plan, out)
+        for port in plan.ports:
+            self._read_port(port, out)
+        return out
+
+    def _current_plan(self) -> Plan:
+        self._scrapes_since_discovery += 1
+        plan = self._plan
+        if (plan is None or self._stale or self._scrapes_since_discovery > self.rescan_every
+                or signature(self.top) != plan.signature):  # fmt: skip
+            self.close()
+            plan = self._plan = _Discovery(self.top, self.max_open_files).run()
+            self.discoveries += 1
+            self._scrapes_since_discovery = 1
+            self._stale = False
+        return plan
+
+    def _read_counters(self, plan: Plan, out: list[Reading]) -> None:
+        for f in plan.counters:
+            data = self._pread(f)
+            if data is None:
+                continue
+            if f.last is not None and data == f.last_data:
+                out.append(f.last)
+                continue
+            raw = parse_value(data)  # None: N/A (no PMA) or garbled, which produce no reading
+            f.last_data, f.last = data, (None if raw is None else f.reading(raw))
+            if f.last is not None:
+                out.append(f.last)
+
+    def _pread(self, f: CounterFile | None) -> bytes | None:
+        if f is None:
+            return None
+        try:
+            return os.pread(f.fd, _READ_SIZE, 0) if f.fd is not None else pread_path(f.path)
+        except OSError as exc:
+            # ENODEV: the device went away under us; ENOENT: a file vanished. Re-discover next time.
+            log.debug("infiniband: cannot read %s: %s", f.path, exc)
+            self._stale = True
+            return None
+
+    def _read_port(self, p: PortFiles, out: list[Reading]) -> None:
+        raw = (self._pread(p.state), self._pread(p.phys_state), self._pread(p.rate))
+        if raw != p.last_raw:
+            p.last_raw, p.last_readings = raw, port_readings(p, *raw)
+        out.extend(p.last_readings)
+
+    def _log_no_devices(self) -> None:
+        if not self._said_no_devices:
+            log.info("infiniband: no devices under %s", self.top)
+            self._said_no_devices = True

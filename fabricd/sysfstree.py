@@ -1,0 +1,300 @@
+"""Write realistic ``/sys/class/infiniband`` trees: for tests, parity checks and the simulator.
+
+The layout and file formats follow the real captures in ``tests/cases/infiniband/`` (from
+prometheus/procfs, prometheus/node_exporter and leptonai/gpud; see their ORIGIN.md):
+
+    <root>/class/infiniband/<dev>/{fw_ver,board_id,hca_type,node_guid}
+    <root>/class/infiniband/<dev>/hw_counters/<name>                  (device-level, optional)
+    <root>/class/infiniband/<dev>/ports/<p>/{state,phys_state,rate,link_layer}
+    <root>/class/infiniband/<dev>/ports/<p>/{counters,counters_ext,hw_counters}/<name>
+
+``root`` plays the role of ``/sys`` (node_exporter's ``--path.sysfs``). Values are written the way
+the kernel writes them: raw sysfs numbers (``port_xmit_data`` in 4-octet words, not bytes),
+``state`` as ``"4: ACTIVE"``, ``rate`` as ``"400 Gb/sec (4X NDR)"``.
+
+A value is an ``int`` (written as ``"<n>\\n"``), a ``str`` (written with a newline appended, e.g.
+``"N/A (no PMA)"``) or a ``Raw`` string written byte for byte (``Raw("42")`` has no trailing
+newline, ``Raw("InfiniBand\\n\\n")`` has two). ``None`` in an optional field means "no such file or
+folder" (Broadcom ``bnxt_re`` has no ``counters/``; Omni-Path ``hfi1`` has no ``hca_type``).
+
+``write_infiniband_tree`` makes the tree on disk equal to the mapping: files are rewritten in place
+(same inode, like sysfs attributes, so a reader holding them open sees the new value), files and
+devices absent from the mapping are removed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class Raw(str):
+    """File content written verbatim (no newline added)."""
+
+
+Value = int | str
+Counters = Mapping[str, Value]
+
+# Counter names and widths as the kernel exposes them (drivers/infiniband/core/sysfs.c).
+PORT_COUNTERS_BASE: dict[str, int] = {
+    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16, "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+}  # fmt: skip
+PORT_COUNTERS_DATA: tuple[str, ...] = (
+    "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
+)  # fmt: skip
+PORT_COUNTERS_EXT_ONLY: tuple[str, ...] = (
+    "unicast_xmit_packets", "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets",
+)  # fmt: skip
+COUNTERS_EXT: tuple[str, ...] = (
+    "port_xmit_data_64", "port_rcv_data_64", "port_xmit_packets_64", "port_rcv_packets_64",
+    "port_unicast_xmit_packets", "port_unicast_rcv_packets",
+    "port_multicast_xmit_packets", "port_multicast_rcv_packets",
+)  # fmt: skip
+MLX5_Q_COUNTERS: tuple[str, ...] = (
+    "duplicate_request", "implied_nak_seq_err", "local_ack_timeout_err", "out_of_buffer",
+    "out_of_sequence", "packet_seq_err", "req_cqe_error", "req_cqe_flush_error",
+    "req_remote_access_errors", "req_remote_invalid_request", "resp_cqe_error", "resp_cqe_flush_error",
+    "resp_local_length_error", "resp_remote_access_errors", "rnr_nak_retry_err", "roce_adp_retrans",
+    "roce_adp_retrans_to", "roce_slow_restart", "roce_slow_restart_cnps", "roce_slow_restart_trans",
+    "rx_atomic_requests", "rx_dct_connect", "rx_read_requests", "rx_write_requests",
+)  # fmt: skip
+MLX5_CONG_COUNTERS: tuple[str, ...] = (
+    "np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled", "rp_cnp_ignored",
+)  # fmt: skip
+
+STATES: dict[int, str] = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+PHYS_STATES: dict[int, str] = {
+    1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining", 5: "LinkUp",
+    6: "LinkErrorRecovery", 7: "Phy Test",
+}  # fmt: skip
+RATES: tuple[str, ...] = (
+    "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "25 Gb/sec (1X EDR)", "40 Gb/sec (4X QDR)",
+    "100 Gb/sec (4X EDR)", "200 Gb/sec (4X HDR)", "200 Gb/sec (2X NDR)", "400 Gb/sec (4X NDR)",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PortTree:
+    """One ``ports/<p>/`` folder. ``None`` = file or folder absent."""
+
+    state: Value | None = "4: ACTIVE"
+    phys_state: Value | None = "5: LinkUp"
+    rate: Value | None = "400 Gb/sec (4X NDR)"
+    link_layer: Value | None = "InfiniBand"
+    counters: Counters | None = field(default_factory=dict)
+    counters_ext: Counters | None = None
+    hw_counters: Counters | None = None
+
+
+@dataclass(frozen=True)
+class DeviceTree:
+    """One ``class/infiniband/<dev>/`` folder. ``None`` = file or folder absent."""
+
+    fw_ver: Value | None = "28.41.1000"
+    board_id: Value | None = "MT_0000000838"
+    hca_type: Value | None = "MT4129"
+    node_guid: Value | None = None
+    ports: Mapping[str, PortTree] = field(default_factory=lambda: {"1": PortTree()})
+    hw_counters: Counters | None = None
+
+
+def render(value: Value) -> bytes:
+    """The bytes a sysfs file holds for ``value``."""
+    if isinstance(value, Raw):
+        return value.encode()
+    return f"{value}\n".encode()
+
+
+def tree_files(devices: Mapping[str, DeviceTree]) -> dict[Path, bytes | None]:
+    """Relative path (under ``class/infiniband``) -> content, or ``None`` for a (counter) folder."""
+    return dict(_device_files(devices))
+
+
+def _device_files(devices: Mapping[str, DeviceTree]) -> Iterator[tuple[Path, bytes | None]]:
+    for name, dev in devices.items():
+        base = Path(name)
+        attrs = {"fw_ver": dev.fw_ver, "board_id": dev.board_id, "hca_type": dev.hca_type,
+                 "node_guid": dev.node_guid}  # fmt: skip
+        yield from _attr_files(base, attrs)
+        yield from _counter_files(base / "hw_counters", dev.hw_counters)
+        for port_name, port in dev.ports.items():
+            yield from _port_files(base / "ports" / str(port_name), port)
+
+
+def _port_files(base: Path, port: PortTree) -> Iterator[tuple[Path, bytes | None]]:
+    attrs = {"state": port.state, "phys_state": port.phys_state, "rate": port.rate,
+             "link_layer": port.link_layer}  # fmt: skip
+    yield from _attr_files(base, attrs)
+    yield from _counter_files(base / "counters", port.counters)
+    yield from _counter_files(base / "counters_ext", port.counters_ext)
+    yield from _counter_files(base / "hw_counters", port.hw_counters)
+
+
+def _attr_files(base: Path, attrs: Mapping[str, Value | None]) -> Iterator[tuple[Path, bytes | None]]:
+    for name, value in attrs.items():
+        if value is not None:
+            yield base / name, render(value)
+
+
+def _counter_files(folder: Path, counters: Counters | None) -> Iterator[tuple[Path, bytes | None]]:
+    if counters is None:
+        return
+    yield folder, None  # the folder itself, so an empty counters/ still exists
+    for name, value in counters.items():
+        yield folder / name, render(value)
+
+
+def write_infiniband_tree(root: Path, devices: Mapping[str, DeviceTree]) -> Path:
+    """Make ``<root>/class/infiniband`` equal to ``devices``; return that folder."""
+    top = root / "class" / "infiniband"
+    top.mkdir(parents=True, exist_ok=True)
+    wanted = tree_files(devices)
+    _remove_unwanted(top, {top / p for p in wanted})
+    for rel, data in wanted.items():
+        if data is None:
+            (top / rel).mkdir(parents=True, exist_ok=True)
+        else:
+            _write_in_place(top / rel, data)
+    return top
+
+
+def _write_in_place(path: Path, data: bytes) -> None:
+    # pwrite + ftruncate keeps the inode (sysfs attributes never change inode), so readers that
+    # keep the file open see the new value; a concurrent reader sees the old or the new number
+    # on the first line (a shorter value is truncated right after the write).
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o444)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+def _remove_unwanted(top: Path, wanted: set[Path]) -> None:
+    keep = set(wanted)
+    for path in wanted:
+        keep.update(path.parents)
+    for dirpath, dirnames, filenames in os.walk(top, topdown=True):
+        here = Path(dirpath)
+        for name in filenames:
+            if here / name not in keep:
+                (here / name).unlink()
+        for name in list(dirnames):
+            if here / name not in keep:
+                shutil.rmtree(here / name)
+                dirnames.remove(name)
+
+
+# --- randomized trees (parity tests, fuzzing) --------------------------------------------------
+
+KINDS: tuple[str, ...] = ("mlx5", "mlx4_legacy", "iwarp", "bnxt_re", "hfi1")
+
+
+def random_tree(root: Path, rng: random.Random, kinds: tuple[str, ...] = KINDS) -> dict[str, DeviceTree]:
+    """Write a random but realistic tree under ``root`` and return its description.
+
+    Mixes the quirks seen in real captures: iWARP ``N/A (no PMA)``, no ``counters/`` (bnxt_re),
+    pre-4.5 ``counters_ext/``, missing files, no trailing newline, ``InfiniBand\\n\\n``, values
+    above 2^32, narrow counters saturated at all ones. Data counters stay below 2^61 words so that
+    ``x 4`` fits in 64 bits (node_exporter multiplies in uint64). ``kinds`` restricts the device
+    kinds (node_exporter 1.5 drops the whole tree when one port lacks ``counters/``: no bnxt_re).
+    """
+    devices: dict[str, DeviceTree] = {}
+    for i in range(rng.randint(0, 4)):
+        kind = rng.choice(kinds)
+        devices[f"{kind.split('_')[0]}_{i}"] = _random_device(kind, rng)
+    write_infiniband_tree(root, devices)
+    return devices
+
+
+def _random_device(kind: str, rng: random.Random) -> DeviceTree:
+    ports = {str(p): _random_port(kind, rng) for p in range(1, rng.randint(1, 2) + 1)}
+    hw = _random_counters(MLX5_CONG_COUNTERS, 64, rng) if kind == "mlx5" and rng.random() < 0.3 else None
+    return DeviceTree(
+        fw_ver=_maybe_raw(f"{rng.randint(2, 28)}.{rng.randint(0, 45)}.{rng.randint(1000, 9999)}", rng),
+        board_id=f"MT_{rng.randint(0, 10**10):010d}",  # node_exporter 1.5 requires it
+        hca_type=None if kind == "hfi1" or rng.random() < 0.1 else f"MT{rng.randint(4099, 4129)}",
+        node_guid=None if rng.random() < 0.3 else _maybe_raw(_random_guid(rng), rng),
+        ports=ports,
+        hw_counters=hw,
+    )
+
+
+def _random_port(kind: str, rng: random.Random) -> PortTree:
+    state = rng.choice(list(STATES))
+    phys = rng.choice(list(PHYS_STATES))
+    layer = rng.choice(["InfiniBand", Raw("InfiniBand\n\n"), "Ethernet"])
+    return PortTree(
+        state=_maybe_raw(f"{state}: {STATES[state]}", rng),
+        phys_state=_maybe_raw(f"{phys}: {PHYS_STATES[phys]}", rng),
+        rate=_maybe_raw(rng.choice(RATES), rng),
+        link_layer=layer,
+        counters=_random_port_counters(kind, rng),
+        counters_ext=_random_ext(rng) if kind == "mlx4_legacy" else None,
+        hw_counters=_random_hw(kind, rng),
+    )
+
+
+def _random_port_counters(kind: str, rng: random.Random) -> Counters | None:
+    if kind == "bnxt_re":
+        return None
+    names = [*PORT_COUNTERS_BASE, *PORT_COUNTERS_DATA]
+    if kind in {"mlx5", "mlx4_legacy"}:
+        names += PORT_COUNTERS_EXT_ONLY
+    if kind == "iwarp":
+        return {n: "N/A (no PMA)" for n in names}
+    counters: dict[str, Value] = {}
+    for name in names:
+        if rng.random() < 0.1:
+            continue  # a missing file
+        width = PORT_COUNTERS_BASE.get(name, 64 if kind != "mlx4_legacy" else 32)
+        counters[name] = _maybe_raw(_random_value(width, rng, saturating=name in PORT_COUNTERS_BASE), rng)
+    return counters
+
+
+def _random_ext(rng: random.Random) -> Counters:
+    return {n: _maybe_raw(_random_value(61, rng, saturating=False), rng) for n in COUNTERS_EXT}
+
+
+def _random_hw(kind: str, rng: random.Random) -> Counters | None:
+    if kind == "mlx5":
+        hw = dict(_random_counters(MLX5_Q_COUNTERS, 32, rng))
+        hw.update(_random_counters(MLX5_CONG_COUNTERS, 61, rng))
+        hw["lifespan"] = "10"
+        return hw
+    if kind == "bnxt_re":
+        return _random_counters(("rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes", "active_qps"), 61, rng)
+    return None
+
+
+def _random_counters(names: tuple[str, ...], width: int, rng: random.Random) -> Counters:
+    return {n: _maybe_raw(_random_value(width, rng, saturating=False), rng) for n in names}
+
+
+def _random_value(width: int, rng: random.Random, *, saturating: bool) -> int:
+    top = (1 << min(width, 61)) - 1
+    roll = rng.random()
+    if saturating and roll < 0.15:
+        return (1 << width) - 1  # clamped at all ones
+    if roll < 0.3:
+        return 0
+    if roll < 0.5 and width > 32:
+        return rng.randint(1 << 32, top)  # above 32 bits: catches 32-bit truncation
+    return rng.randint(0, min(top, 10**6))
+
+
+def _maybe_raw(value: Value, rng: random.Random) -> Value:
+    return Raw(str(value)) if rng.random() < 0.15 else value  # no trailing newline
+
+
+def _random_guid(rng: random.Random) -> str:
+    return ":".join(f"{rng.randint(0, 0xFFFF):04x}" for _ in range(4))
