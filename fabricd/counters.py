@@ -70,14 +70,9 @@ def group_of(r: Reading) -> GroupKey:
     return (r.source, r.device, r.port)
 
 
-@dataclass(slots=True)
-class _Seen:
-    """One counter reading of this scrape, with its series' state from the previous one."""
-
-    reading: Reading
-    key: SeriesKey
-    raw: float
-    prev: _Series | None
+# One counter reading of this scrape with its series' state from the previous one:
+# (reading, series key, raw hardware value, previous state). A tuple: this is the hot path.
+_Seen = tuple[Reading, "SeriesKey", float, "_Series | None"]
 
 
 class RateEngine:
@@ -96,33 +91,37 @@ class RateEngine:
         return len(self._state)
 
     def update(self, ts: float, readings: Sequence[Reading]) -> list[Sample]:
+        # The hot path of every scrape (hundreds of counters per node): one pass to look up state
+        # and spot groups that went backwards, one to compute rates, no per-counter objects.
         seen = self._lookup(readings)
         reset_groups = reset_groups_of(seen)
         state: dict[SeriesKey, _Series] = {}
         out: list[Sample] = []
+        counter = self._counter
         counters = iter(seen)
         for r in readings:
             if r.kind is not Kind.COUNTER:
                 out.append(Sample(ts, r))
                 continue
             c = next(counters)
-            sample, state[c.key] = self._counter(ts, c, group_of(r) in reset_groups)
+            sample, state[c[1]] = counter(ts, c, bool(reset_groups) and group_of(r) in reset_groups)
             out.append(sample)
         self._state = state  # series missing from this scrape are forgotten
         return out
 
     def _lookup(self, readings: Sequence[Reading]) -> list[_Seen]:
         get = self._state.get
-        out = []
-        for r in readings:
-            if r.kind is Kind.COUNTER:
-                key = r.key()
-                out.append(_Seen(r, key, raw_of(r), get(key)))
-        return out
+        counter_kind = Kind.COUNTER
+        return [
+            (r, key, r.value / r.scale if r.scale != 1.0 and r.scale else r.value, get(key))
+            for r in readings
+            if r.kind is counter_kind
+            for key in ((r.source, r.device, r.port, r.counter, r.labels),)
+        ]
 
     def _counter(self, ts: float, c: _Seen, group_reset: bool) -> tuple[Sample, _Series]:
-        r, raw, prev = c.reading, c.raw, c.prev
-        if is_saturated(r, raw):
+        r, _key, raw, prev = c
+        if r.saturates and is_saturated(r, raw):
             since = prev.saturated_since if prev is not None and prev.saturated_since is not None else ts
             return Sample(ts, r, None, Status.SATURATED, since), _Series(ts, raw, since)
         if prev is None or ts <= prev.ts:  # first sighting, or a clock that stepped back: new baseline
@@ -144,11 +143,11 @@ def reset_groups_of(seen: Sequence[_Seen]) -> set[GroupKey]:
     """Groups where a counter that cannot wrap went backwards, or two counters did."""
     backwards: dict[GroupKey, int] = {}
     definite: set[GroupKey] = set()
-    for c in seen:
-        if c.prev is None or c.raw >= c.prev.raw:
+    for r, _key, raw, prev in seen:
+        if prev is None or raw >= prev.raw:
             continue
-        group = group_of(c.reading)
+        group = group_of(r)
         backwards[group] = backwards.get(group, 0) + 1
-        if not can_wrap(c.reading):
+        if not can_wrap(r):
             definite.add(group)
     return definite | {g for g, n in backwards.items() if n > 1}
