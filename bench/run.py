@@ -177,11 +177,193 @@ def bench_footprint(quick: bool) -> list[Row]:
     ]
 
 
+# --------------------------------------------------------------------------- 3. central ingest
+
+
+COUNTERS_PER_PORT = 60
+PORTS_PER_NODE = 8
+
+
+def fleet_batches(nodes: int, scrapes: int, t0: float = 1_700_000_000.0) -> list[Any]:
+    """Batches as ``nodes`` agents would send them: 8 ports x 60 counters each, one per scrape."""
+    from fabricd.model import Batch, Kind, Reading, Sample
+
+    batches = []
+    for k in range(scrapes):
+        ts = t0 + 10.0 * k
+        for n in range(nodes):
+            samples = [
+                Sample(ts, Reading("infiniband", f"mlx5_{p}", "1", f"counter_{c:02d}", float(k * 1000 + c), "packets",
+                                   Kind.COUNTER), rate=float(c))
+                for p in range(PORTS_PER_NODE) for c in range(COUNTERS_PER_PORT)
+            ]  # fmt: skip
+            batches.append(Batch(f"node-{n:04d}", "bench", f"b-{n}-{k}", samples, created_ts=ts))
+    return batches
+
+
+def bare_executemany(batches: list[Any], url: str) -> float:
+    """The floor: the same rows into one table with executemany, one transaction per batch."""
+    import sqlite3
+
+    rows_per_batch = [[(hash((b.node, s.reading.key())) & 0xFFFFFF, s.ts, s.reading.value, s.rate, s.status.value)
+                       for s in b.samples] for b in batches]  # fmt: skip
+    total = sum(len(r) for r in rows_per_batch)
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        conn: Any = sqlite3.connect(path)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        ph = "?"
+    else:
+        import psycopg
+
+        conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+        ph = "%s"
+    conn.execute("DROP TABLE IF EXISTS bare_points")
+    conn.execute("CREATE TABLE bare_points (id INTEGER PRIMARY KEY, series_id INTEGER, ts REAL, value REAL, "
+                 "rate REAL, status TEXT)" if ph == "?" else
+                 "CREATE TABLE bare_points (id BIGSERIAL PRIMARY KEY, series_id BIGINT, ts DOUBLE PRECISION, "
+                 "value DOUBLE PRECISION, rate DOUBLE PRECISION, status TEXT)")  # fmt: skip
+    conn.commit()
+    sql = f"INSERT INTO bare_points (series_id, ts, value, rate, status) VALUES ({ph}, {ph}, {ph}, {ph}, {ph})"
+    start = time.perf_counter()
+    for rows in rows_per_batch:
+        cur = conn.cursor()
+        cur.executemany(sql, rows)
+        conn.commit()
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return total / elapsed
+
+
+class Central:
+    """A real ``fabricd server`` subprocess on a free port (auth off: the load generator is trusted)."""
+
+    def __init__(self, data_dir: Path, db: str | None = None) -> None:
+        self.port = free_port()
+        argv = [PY, "-m", "fabricd", "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir),
+                "--no-auth", "--log-level", "warning"]  # fmt: skip
+        if db:
+            argv += ["--db", db]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("fabricd server did not become ready")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+
+
+def post_all(url: str, bodies: list[bytes], concurrency: int = 8) -> float:
+    """POST every body with ``concurrency`` agents in flight; returns wall seconds."""
+    import asyncio
+
+    async def go() -> float:
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        for b in bodies:
+            queue.put_nowait(b)
+        headers = {"Content-Type": "application/msgpack", "Content-Encoding": "gzip"}
+
+        async def agent(client: httpx.AsyncClient) -> None:
+            while not queue.empty():
+                body = queue.get_nowait()
+                while True:
+                    r = await client.post(f"{url}/api/v1/ingest", content=body, headers=headers, timeout=60)
+                    if r.status_code == 200:
+                        break
+                    if r.status_code not in (429, 503):
+                        raise RuntimeError(f"ingest answered {r.status_code}: {r.text[:300]}")
+                    await asyncio.sleep(float(r.headers.get("Retry-After", "0.2")))
+
+        start = time.perf_counter()
+        async with httpx.AsyncClient() as client:
+            await asyncio.gather(*(agent(client) for _ in range(concurrency)))
+        return time.perf_counter() - start
+
+    return asyncio.run(go())
+
+
+def _metrics_render_seconds(url: str, runs: int) -> Stat:
+    def once() -> float:
+        start = time.perf_counter()
+        httpx.get(f"{url}/metrics", timeout=120).raise_for_status()
+        return time.perf_counter() - start
+
+    once()
+    return Stat.of([once() for _ in range(runs)])
+
+
+def _postgres_url() -> str | None:
+    try:
+        import psycopg
+
+        name = f"fabricd_bench_{os.getpid()}"
+        with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name}")
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    except Exception as exc:
+        print(f"bench: PostgreSQL unavailable ({exc}); skipping its rows", file=sys.stderr)
+        return None
+
+
+def _ingest_on(db_label: str, db: str | None, nodes: int, scrapes: int, runs: int, tmp: Path) -> list[Row]:
+    from fabricd.wire import encode
+
+    service, bare = [], []
+    total = nodes * scrapes * PORTS_PER_NODE * COUNTERS_PER_PORT
+    for run in range(runs + 1):  # run 0 is the warm-up
+        batches = fleet_batches(nodes, scrapes, t0=1_700_000_000.0 + run * 1e5)
+        bodies = [encode(b) for b in batches]  # agents encode on their own CPUs: not timed
+        data = tmp / f"{db_label}-{run}"
+        url = db or f"sqlite:///{data / 'fabricd.db'}"
+        central = Central(data, db)
+        try:
+            service.append(total / post_all(central.url, bodies))
+            if run == runs:
+                render = _metrics_render_seconds(central.url, 3)
+        finally:
+            central.close()
+        bare.append(bare_executemany(batches, url))
+    service, bare = service[1:], bare[1:]
+    note = f"{nodes} nodes x {PORTS_PER_NODE} ports x {COUNTERS_PER_PORT} counters x {scrapes} scrapes"
+    rows = [
+        _row("ingest", f"central ingest, {db_label}", Stat.of(service), "samples/s", note + ", 8 agents in flight"),
+        _row("ingest", f"bare executemany, {db_label}", Stat.of(bare), "samples/s", "same rows, one txn per batch"),
+        _row("ingest", f"ratio central / bare, {db_label}", Stat.of([s / b for s, b in zip(service, bare, strict=True)]),
+             "x", "the service's overhead"),
+    ]  # fmt: skip
+    if db is None:
+        rows.append(_row("exporter", f"/metrics render, {nodes}-node fleet", render, "s",
+                         f"{nodes * PORTS_PER_NODE * COUNTERS_PER_PORT} series"))  # fmt: skip
+    return rows
+
+
+def bench_ingest(quick: bool) -> list[Row]:
+    nodes, scrapes, runs = (100, 2, 2) if quick else (1000, 1, 3)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        rows += _ingest_on("SQLite", None, nodes, scrapes, runs, Path(tmp))
+        pg = _postgres_url()
+        if pg:
+            rows += _ingest_on("PostgreSQL", pg, max(nodes // 4, 10), scrapes, max(runs - 1, 1), Path(tmp))
+    return rows
+
+
 # --------------------------------------------------------------------------- report
 
 SECTIONS: dict[str, Callable[[bool], list[Row]]] = {
     "scrape": bench_scrape,
     "footprint": bench_footprint,
+    "ingest": bench_ingest,
 }
 
 
