@@ -134,9 +134,17 @@ class ServerSettings(_Base):
     retention_seconds: float = Field(default=14 * 86400, gt=0)
     downsample_step_seconds: float = Field(default=60.0, gt=0)
     rules_dir: Path | None = None  # default: the shipped rules/detection
+    detection: bool = True  # run the detection engine on the stored stream
     tls_certfile: Path | None = None
     tls_keyfile: Path | None = None
     hooks: list[dict[str, Any]] = Field(default_factory=list)
+    # A revoked token keeps working for at most this long (per-process lookup cache).
+    token_cache_seconds: float = Field(default=2.0, ge=0)
+    # /metrics leaves out series not updated for this long; a node silent this long is "stale".
+    metrics_stale_seconds: float = Field(default=300.0, gt=0)
+    node_stale_seconds: float = Field(default=120.0, gt=0)
+    detection_interval_seconds: float = Field(default=1.0, gt=0)
+    maintenance_interval_seconds: float = Field(default=300.0, gt=0)
 
     @field_validator("listen")
     @classmethod

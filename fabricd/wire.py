@@ -148,7 +148,7 @@ def batch_from_obj(obj: Any) -> Batch:
         samples=[_sample_from_row(i, row) for i, row in enumerate(rows)],
         health=[_health_from_row(i, row) for i, row in enumerate(health_rows)],
         schema_version=version,
-        created_ts=float(obj.get("ts") or 0.0),
+        created_ts=_number(obj.get("ts", 0.0), "ts") or 0.0,
     )
 
 

@@ -13,10 +13,26 @@ from fabricd.cli import build_parser
 from fabricd.settings import AgentSettings, ServerSettings, SettingsError, load, parse_listen
 
 
+def _children(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    return _children(build_parser())
+
+
+def _all_commands() -> dict[str, argparse.ArgumentParser]:
+    """Every command path, nested groups included: 'token create', 'token list', ..."""
+    out: dict[str, argparse.ArgumentParser] = {}
+    todo = list(_subcommands().items())
+    while todo:
+        path, parser = todo.pop()
+        out[path] = parser
+        todo.extend((f"{path} {name}", child) for name, child in _children(parser).items())
+    return out
 
 
 def test_top_level_help_lists_every_subcommand() -> None:
@@ -25,19 +41,22 @@ def test_top_level_help_lists_every_subcommand() -> None:
         assert f"\n    {name}" in out.stdout, name
 
 
-@pytest.mark.parametrize("name", sorted(_subcommands()))
-def test_each_subcommand_help_describes_real_options(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    sub = _subcommands()[name]
+@pytest.mark.parametrize("path", sorted(_all_commands()))
+def test_each_subcommand_help_describes_real_options(path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    sub = _all_commands()[path]
     with pytest.raises(SystemExit) as exc:
-        build_parser().parse_args([name, "--help"])
+        build_parser().parse_args([*path.split(), "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    assert sub.description, f"{name} has no description"
+    assert sub.description, f"fabricd {path} has no description"
     documented = [a for a in sub._actions if a.help and a.help != argparse.SUPPRESS and a.dest != "help"]
-    assert documented, f"fabricd {name} has no documented options or arguments"
+    assert documented or _children(sub), f"fabricd {path} has no documented options or arguments"
+    undocumented = [a.dest for a in sub._actions if not a.help and a.dest != "help"
+                    and not isinstance(a, argparse._SubParsersAction)]  # fmt: skip
+    assert not undocumented, f"fabricd {path}: options without help: {undocumented}"
     for action in documented:
         flag = action.option_strings[-1] if action.option_strings else (action.metavar or action.dest)
-        assert str(flag) in text, f"{flag} missing from fabricd {name} --help"
+        assert str(flag) in text, f"{flag} missing from fabricd {path} --help"
 
 
 def test_bad_config_key_exits_2_naming_key_and_file(tmp_path: Path) -> None:

@@ -1,0 +1,306 @@
+"""On-call commands talking to the central's REST API: status, incidents, incident, ports, ack, resolve.
+
+Readable tables by default, ``--json`` for scripts. Exit codes scripts can rely on:
+0 ok, 1 the server answered with an error (not found, unauthorized, ...), 2 usage, 3 cannot reach it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from fabricd.settings import DEFAULT_LISTEN
+
+EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+DEFAULT_SERVER = f"http://{DEFAULT_LISTEN}"
+
+
+class ServerError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class Unreachable(Exception):
+    pass
+
+
+class ApiClient:
+    """The one seam to the server: ``call(method, path, params, body) -> JSON``."""
+
+    def __init__(self, server: str, token: str, timeout: float) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout)
+
+    def call(self, method: str, path: str, params: dict[str, Any] | None = None, body: Any = None) -> Any:
+        import httpx
+
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            resp = self._http.request(method, path, params=clean, json=body)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"cannot reach {self._http.base_url}: {exc}") from exc
+        if resp.status_code >= 400:
+            raise _server_error(resp.status_code, resp.text)
+        return resp.json()
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _server_error(status: int, text: str) -> ServerError:
+    try:
+        body = json.loads(text)
+        return ServerError(status, str(body.get("error", "error")), str(body.get("message", text)))
+    except (ValueError, AttributeError):
+        return ServerError(status, "error", text[:500])
+
+
+ClientFactory = Callable[[str, str, float], ApiClient]
+CLIENT_FACTORY: ClientFactory = ApiClient
+
+
+def register(sub: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--server",
+        default=os.environ.get("FABRICD_SERVER", DEFAULT_SERVER),
+        help=f"central service URL (env FABRICD_SERVER, default {DEFAULT_SERVER})",
+    )
+    common.add_argument(
+        "--token",
+        default=os.environ.get("FABRICD_TOKEN", ""),
+        help="bearer token (env FABRICD_TOKEN); a read token, admin for ack/resolve",
+    )
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server")
+    common.add_argument("--json", action="store_true", help="print the server's JSON (for scripts)")
+    p = sub.add_parser("status", parents=[common], help="fleet summary: nodes, stale agents, open incidents", description="Fleet summary: nodes, stale agents, open incidents.")
+    p.set_defaults(func=_runner(cmd_status))
+    p = sub.add_parser("incidents", parents=[common], help="list incidents, newest first", description="List incidents, newest first.")
+    p.add_argument("--open", action="store_true", help="only open (unacknowledged) incidents")
+    p.add_argument("--state", choices=["open", "acked", "resolved"], help="only incidents in this state")
+    p.add_argument("--kind", help="only this kind (congestion, packet_loss, hol_blocking, ...)")
+    p.add_argument("--since", help="updated since (RFC 3339 or -2h)")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.set_defaults(func=_runner(cmd_incidents))
+    p = sub.add_parser("incident", parents=[common], help="one incident: evidence, localization, timeline", description="One incident: evidence, localization, timeline.")
+    p.add_argument("id", type=int, help="incident id (see `fabricd incidents`)")
+    p.set_defaults(func=_runner(cmd_incident))
+    p = sub.add_parser("ports", parents=[common], help="hottest ports: rates, errors, pause fraction", description="Hottest ports: rates, errors, pause fraction.")
+    p.add_argument("--top", type=int, default=20, help="how many ports (default 20)")
+    p.add_argument("--node", help="only this node")
+    p.add_argument(
+        "--sort", default="throughput", choices=["throughput", "utilization", "errors", "pause", "xmit_wait", "name"],
+        help="order by this column, hottest first (default throughput)",
+    )
+    p.add_argument("--state", help="only ports in this state (ACTIVE, down)")
+    p.set_defaults(func=_runner(cmd_ports))
+    for verb in ("ack", "resolve"):
+        p = sub.add_parser(verb, parents=[common], help=f"{verb} an incident (admin token)",
+                           description=f"{verb.capitalize()} an incident; needs an admin token.")
+        p.add_argument("id", type=int, help="incident id (see `fabricd incidents`)")
+        p.add_argument("--note", default="", help="why (kept in the incident's timeline)")
+        p.add_argument("--by", help="who (default: the token's name)")
+        p.set_defaults(func=_runner(cmd_ack if verb == "ack" else cmd_resolve))
+
+
+Command = Callable[[ApiClient, argparse.Namespace], Any]
+
+
+def _runner(command: Command) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        client = CLIENT_FACTORY(args.server, args.token, args.timeout)
+        try:
+            data = command(client, args)
+        except Unreachable as exc:
+            print(f"fabricd: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        except ServerError as exc:
+            print(f"fabricd: server said {exc.status} {exc.code}: {exc.message}", file=sys.stderr)
+            return EXIT_SERVER
+        finally:
+            client.close()
+        if args.json:
+            print(json.dumps(data, indent=2))
+        return EXIT_OK
+
+    return run
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output would be cut to 80 columns; a wide table wraps better in a pager or a log.
+    return Console(width=None if sys.stdout.isatty() else 160)
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))  # values from the fleet are text, never markup
+    return table
+
+
+def _num(value: float | None, unit: str = "", digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g}{prefix}{unit}"
+    return f"{value:.{digits}g}{unit}"
+
+
+def cmd_status(client: ApiClient, args: argparse.Namespace) -> Any:
+    status = client.call("GET", "/api/v1/status")
+    nodes = client.call("GET", "/api/v1/nodes")
+    if args.json:
+        return {"status": status, "nodes": nodes}
+    from fabricd.timeparse import iso
+
+    con = _console()
+    sev = ", ".join(f"{k} {v}" for k, v in sorted(status["incidents_by_severity"].items())) or "none"
+    con.print(
+        f"nodes {status['nodes']} (stale {status['nodes_stale']}, unhealthy {status['nodes_unhealthy']}) · "
+        f"series {status['series']} · incidents open {status['incidents_open']}, "
+        f"acked {status['incidents_acked']} ({sev})"
+    )
+    rows = [
+        [
+            n["node"],
+            n["agent_version"],
+            iso(n["last_seen"]),
+            f"{n['last_seen_age_seconds']:.0f}s",
+            "yes" if n["healthy"] else "NO",
+            _collectors(n["collectors"]),
+        ]
+        for n in nodes
+    ]
+    con.print(_table("Nodes", ["node", "agent", "last seen", "age", "healthy", "collectors"], rows))
+    return None
+
+
+def _collectors(cols: list[dict[str, Any]]) -> str:
+    return " ".join(f"{c['collector']}:{'ok' if c['success'] else 'FAIL'}" for c in cols) or "-"
+
+
+def cmd_incidents(client: ApiClient, args: argparse.Namespace) -> Any:
+    state = "open" if args.open else args.state
+    rows = client.call(
+        "GET", "/api/v1/incidents", {"state": state, "kind": args.kind, "since": args.since, "limit": args.limit}
+    )
+    if args.json:
+        return rows
+    from fabricd.timeparse import iso
+
+    table = [
+        [str(r["id"]), r["state"], r["severity"], r["kind"], r["element"], iso(r["started_ts"]), r["summary"]]
+        for r in rows
+    ]
+    _console().print(
+        _table(f"Incidents ({len(rows)})", ["id", "state", "severity", "kind", "element", "started", "summary"], table)
+    )
+    return None
+
+
+def cmd_incident(client: ApiClient, args: argparse.Namespace) -> Any:
+    inc = client.call("GET", f"/api/v1/incidents/{args.id}")
+    if args.json:
+        return inc
+    _print_incident(inc)
+    return None
+
+
+def _print_incident(inc: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    from fabricd.timeparse import iso
+
+    con = _console()
+    head = f"#{inc['id']} {inc['kind']} {inc['severity']} {inc['state']}"
+    con.print(f"[bold]{escape(head)}[/bold] at {escape(inc['element'])}")
+    con.print(inc["summary"], markup=False)
+    con.print(
+        f"started {iso(inc['started_ts'])} · updated {iso(inc['updated_ts'])}"
+        + (f" · acked by {escape(inc['acked_by'])}" if inc.get("acked_by") else "")
+        + (f" · resolved {iso(inc['resolved_ts'])}" if inc.get("resolved_ts") else "")
+    )
+    if inc["candidates"]:
+        con.print(
+            _table(
+                "Localization", ["element", "score"], [[c["element"], f"{c['score']:.3f}"] for c in inc["candidates"]]
+            )
+        )
+    ev = [
+        [
+            e["signal"],
+            e["node"],
+            e["device"],
+            e["port"],
+            _num(e["value"]),
+            _num(e["threshold"]),
+            iso(e["ts"]),
+            e.get("note", ""),
+        ]
+        for e in inc["evidence"]
+    ]
+    con.print(_table("Evidence", ["signal", "node", "device", "port", "value", "threshold", "at", "note"], ev))
+    tl = [[iso(t["ts"]), t["what"], t["by"]] for t in inc["timeline"]]
+    con.print(_table("Timeline", ["at", "what", "by"], tl))
+
+
+def cmd_ports(client: ApiClient, args: argparse.Namespace) -> Any:
+    rows = client.call(
+        "GET", "/api/v1/ports", {"limit": args.top, "node": args.node, "sort": args.sort, "state": args.state}
+    )
+    if args.json:
+        return rows
+    table = [
+        [
+            r["node"],
+            r["device"],
+            r["port"] or "-",
+            r["state"] or "-",
+            _num(r["rx_bytes_per_second"], "B/s"),
+            _num(r["tx_bytes_per_second"], "B/s"),
+            _pct(r["utilization"]),
+            _num(r["errors_per_second"], "/s"),
+            _pct(r["pause_fraction"]),
+            _num(r["xmit_wait_per_second"], "/s"),
+        ]
+        for r in rows
+    ]
+    cols = ["node", "device", "port", "state", "rx", "tx", "util", "errors", "paused", "xmit wait"]
+    _console().print(_table(f"Top {len(rows)} ports by {args.sort}", cols, table))
+    return None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def cmd_ack(client: ApiClient, args: argparse.Namespace) -> Any:
+    return _act(client, args, "ack")
+
+
+def cmd_resolve(client: ApiClient, args: argparse.Namespace) -> Any:
+    return _act(client, args, "resolve")
+
+
+def _act(client: ApiClient, args: argparse.Namespace, verb: str) -> Any:
+    inc = client.call("POST", f"/api/v1/incidents/{args.id}/{verb}", body={"note": args.note, "by": args.by})
+    if args.json:
+        return inc
+    who = inc.get("acked_by") if verb == "ack" else inc.get("resolved_by")
+    print(f"incident {inc['id']} is {inc['state']} (by {who})")
+    return None

@@ -1,0 +1,274 @@
+"""API models (pydantic): what the REST API returns. Table models stay in ``tables.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from fabricd.model import Sample
+from fabricd.server import tables as t
+from fabricd.server.store import SeriesInfo, TokenInfo
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="machine-readable code, e.g. unauthorized, series_limit, not_found")
+    message: str = Field(description="what went wrong and what to do about it")
+
+
+class IngestOut(BaseModel):
+    batch_id: str
+    accepted: int = Field(description="samples stored by this request (0 for a duplicate)")
+    duplicate: bool = Field(description="true when this batch id was already stored (a retry)")
+
+
+class CollectorOut(BaseModel):
+    collector: str
+    success: bool
+    duration_seconds: float
+    ts: float
+    error: str
+    readings: int
+
+
+class NodeOut(BaseModel):
+    node: str
+    agent_version: str
+    first_seen: float
+    last_seen: float
+    last_seen_age_seconds: float
+    stale: bool = Field(description="no batch for longer than the stale window (node_stale_seconds)")
+    healthy: bool = Field(description="not stale and every collector's last run succeeded")
+    batches: int
+    samples: int
+    series: int
+    collectors: list[CollectorOut]
+
+    @classmethod
+    def of(cls, n: t.Node, health: list[t.CollectorStatus], series: int, now: float, stale_after: float) -> NodeOut:
+        age = max(0.0, now - n.last_seen)
+        stale = age > stale_after
+        cols = [
+            CollectorOut(
+                collector=h.collector,
+                success=h.success,
+                duration_seconds=h.duration_seconds,
+                ts=h.ts,
+                error=h.error,
+                readings=h.readings,
+            )
+            for h in health
+        ]
+        return cls(
+            node=n.name,
+            agent_version=n.agent_version,
+            first_seen=n.first_seen,
+            last_seen=n.last_seen,
+            last_seen_age_seconds=age,
+            stale=stale,
+            healthy=not stale and all(c.success for c in cols),
+            batches=n.batches,
+            samples=n.samples,
+            series=series,
+            collectors=cols,
+        )
+
+
+class PortOut(BaseModel):
+    node: str
+    device: str
+    port: str
+    state: str = Field(description="link state as the node reported it (ACTIVE, DOWN, up, down) or empty")
+    rx_bytes_per_second: float | None
+    tx_bytes_per_second: float | None
+    link_bytes_per_second: float | None
+    utilization: float | None = Field(description="max(rx, tx) / link rate, 0..1")
+    errors_per_second: float = Field(description="sum of the rates of error and discard counters")
+    pause_fraction: float | None = Field(description="fraction of time paused (PFC/802.3x), worst priority")
+    xmit_wait_per_second: float | None = Field(description="InfiniBand PortXmitWait ticks per second")
+    updated_ts: float
+
+
+class PointOut(BaseModel):
+    ts: float
+    value: float
+    rate: float | None
+    status: str
+
+
+class SeriesOut(BaseModel):
+    id: int
+    node: str
+    source: str
+    device: str
+    port: str
+    counter: str
+    name: str
+    unit: str
+    kind: str
+    labels: dict[str, str]
+    step_seconds: float | None = Field(description="bucket width when the points were aggregated, else null")
+    points: list[PointOut]
+
+    @classmethod
+    def of(cls, info: SeriesInfo, points: list[PointOut], step: float | None) -> SeriesOut:
+        r = info.reading
+        return cls(
+            id=info.id,
+            node=info.node,
+            source=r.source,
+            device=r.device,
+            port=r.port,
+            counter=r.counter,
+            name=r.metric,
+            unit=r.unit,
+            kind=r.kind.value,
+            labels=dict(r.labels),
+            step_seconds=step,
+            points=points,
+        )
+
+
+class EvidenceOut(BaseModel):
+    signal: str
+    node: str
+    device: str
+    port: str
+    value: float
+    threshold: float
+    ts: float
+    labels: dict[str, str] = Field(default_factory=dict)
+    note: str = ""
+
+
+class CandidateOut(BaseModel):
+    element: str
+    score: float
+
+
+class TimelineEntry(BaseModel):
+    ts: float
+    what: str
+    by: str
+
+
+class IncidentSummary(BaseModel):
+    id: int
+    key: str
+    kind: str
+    severity: str
+    state: str
+    element: str
+    summary: str
+    started_ts: float
+    updated_ts: float
+    resolved_ts: float | None
+    acked_by: str | None
+    acked_ts: float | None
+    resolved_by: str | None
+
+    @classmethod
+    def fields_of(cls, row: t.Incident) -> dict[str, Any]:
+        return {k: getattr(row, k) for k in IncidentSummary.model_fields}
+
+    @classmethod
+    def of(cls, row: t.Incident) -> IncidentSummary:
+        return cls(**cls.fields_of(row))
+
+
+class IncidentOut(IncidentSummary):
+    candidates: list[CandidateOut] = Field(description="localization: elements that may explain it, best first")
+    affected: list[str]
+    evidence: list[EvidenceOut]
+    timeline: list[TimelineEntry]
+
+    @classmethod
+    def of(cls, row: t.Incident) -> IncidentOut:
+        return cls(
+            **IncidentSummary.fields_of(row),
+            candidates=[CandidateOut(**c) for c in row.candidates],
+            affected=[str(a) for a in row.affected],
+            evidence=[EvidenceOut(**e) for e in row.evidence],
+            timeline=[TimelineEntry(ts=e[0], what=e[1], by=e[2] if len(e) > 2 else "") for e in row.timeline],
+        )
+
+
+class IncidentAction(BaseModel):
+    by: str | None = Field(default=None, max_length=128, description="who (defaults to the token's name)")
+    note: str = Field(default="", max_length=1000)
+
+
+class PairOut(BaseModel):
+    src: str
+    dst: str
+    p50_seconds: float | None
+    p99_seconds: float | None
+    loss_ratio: float | None = Field(description="lost / sent over the last probe interval")
+    ts: float
+
+
+class NcclOut(BaseModel):
+    node: str
+    op: str
+    ts: float
+    labels: dict[str, str]
+    values: dict[str, float] = Field(description="name -> value (time_seconds, busbw_bytes_per_second, ...)")
+
+
+class TokenOut(BaseModel):
+    id: int
+    role: str
+    node: str | None
+    note: str
+    created_ts: float
+    revoked_ts: float | None
+
+    @classmethod
+    def of(cls, info: TokenInfo) -> TokenOut:
+        return cls(
+            id=info.id,
+            role=info.role,
+            node=info.node,
+            note=info.note,
+            created_ts=info.created_ts,
+            revoked_ts=info.revoked_ts,
+        )
+
+
+class TokenCreate(BaseModel):
+    role: str = Field(pattern="^(agent|read|admin)$")
+    node: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^\S+$")
+    note: str = Field(default="", max_length=256)
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="shown once; only its sha256 digest is stored")
+
+
+class StatusOut(BaseModel):
+    nodes: int
+    nodes_stale: int
+    nodes_unhealthy: int
+    series: int
+    incidents_open: int
+    incidents_acked: int
+    incidents_by_severity: dict[str, int]
+    schema_revision: str
+
+
+class TopologyIn(BaseModel):
+    elements: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
+    links: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
+
+
+class TopologyOut(TopologyIn):
+    name: str
+    updated_ts: float
+
+
+def point_out(ts: float, value: float, rate: float | None, status: str) -> PointOut:
+    return PointOut(ts=ts, value=value, rate=rate, status=status)
+
+
+def sample_point(s: Sample) -> PointOut:
+    return PointOut(ts=s.ts, value=s.reading.value, rate=s.rate, status=s.status.value)

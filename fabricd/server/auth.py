@@ -1,0 +1,90 @@
+"""Bearer tokens: roles agent | read | admin, optional node binding, looked up per request.
+
+Tokens are stored as sha256 digests (``store.token_digest``); a revoked or rotated token stops
+working within ``token_cache_seconds`` without a restart. ``admin`` can do everything ``read`` can
+and may ingest for any node; ``agent`` may only ingest, and only for its bound node when it has one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fabricd.server.errors import ApiError
+from fabricd.server.store import Store, TokenInfo
+
+WWW_AUTH = {"WWW-Authenticate": "Bearer"}
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    role: str  # agent | read | admin
+    node: str | None
+    name: str  # "token:<id>" (recorded as who acked) or "anonymous" with auth disabled
+
+    def can_read(self) -> bool:
+        return self.role in ("read", "admin")
+
+
+ANONYMOUS = Principal("admin", None, "anonymous")
+
+
+class Authenticator:
+    def __init__(
+        self, store: Store, enabled: bool, cache_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.store, self.enabled, self.cache_seconds, self.clock = store, enabled, cache_seconds, clock
+        self._cache: dict[str, tuple[float, TokenInfo | None]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, token: str | None) -> Principal:
+        if not self.enabled:
+            return ANONYMOUS
+        if not token:
+            raise ApiError(
+                401,
+                "unauthorized",
+                "missing bearer token: send 'Authorization: Bearer <token>' (create one with `fabricd token create`)",
+                WWW_AUTH,
+            )
+        info = self._lookup(token)
+        if info is None:
+            raise ApiError(401, "unauthorized", "unknown or revoked token", WWW_AUTH)
+        return Principal(info.role, info.node, f"token:{info.id}" + (f" ({info.note})" if info.note else ""))
+
+    def _lookup(self, token: str) -> TokenInfo | None:
+        now = self.clock()
+        with self._lock:
+            hit = self._cache.get(token)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        info = self.store.find_token(token)
+        with self._lock:
+            if len(self._cache) > 10_000:  # wrong tokens must not grow this without bound
+                self._cache.clear()
+            self._cache[token] = (now + self.cache_seconds, info)
+        return info
+
+
+def require_read(p: Principal) -> Principal:
+    if not p.can_read():
+        raise ApiError(403, "forbidden", f"this endpoint needs a read or admin token; this one has role {p.role!r}")
+    return p
+
+
+def require_admin(p: Principal) -> Principal:
+    if p.role != "admin":
+        raise ApiError(403, "forbidden", f"this endpoint needs an admin token; this one has role {p.role!r}")
+    return p
+
+
+def require_ingest_role(p: Principal) -> None:
+    if p.role not in ("agent", "admin"):
+        raise ApiError(403, "forbidden", f"ingest needs an agent or admin token; this one has role {p.role!r}")
+
+
+def require_node(p: Principal, node: str) -> None:
+    if p.node is not None and p.node != node:
+        raise ApiError(403, "forbidden", f"this token is bound to node {p.node!r} and cannot send for {node!r}")

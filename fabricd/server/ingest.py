@@ -1,0 +1,208 @@
+"""Ingest: decode a batch, enforce the limits, store it in one transaction, count what happened.
+
+Status codes follow what the agent's transport does with them (fabricd/transport/sender.py):
+429 and 5xx are retried (load shedding, series limit), every other 4xx is permanent and the
+message names the field or the limit, so the operator knows what to fix. Detection never runs
+here: the detection loop reads what ingest stored (``Store.read_samples_since``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import anyio.to_thread
+
+from fabricd import wire
+from fabricd.model import Batch, Reading
+from fabricd.server.auth import Principal, require_ingest_role, require_node
+from fabricd.server.errors import ApiError
+from fabricd.server.metrics import ServerMetrics
+from fabricd.server.store import IngestResult, SeriesLimitExceeded, Store
+from fabricd.settings import LimitSettings
+
+# Column widths in tables.py: longer strings are refused with a clear 422, never truncated.
+MAX_NODE, MAX_SOURCE, MAX_NAME, MAX_UNIT, MAX_BATCH_ID = 128, 64, 128, 32, 128
+# How long an agent should wait before retrying when the central sheds load.
+RETRY_AFTER_OVERLOADED = "1"
+RETRY_AFTER_SERIES_LIMIT = "60"
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    data: bytes
+    content_type: str
+    gzipped: bool
+
+
+def check_content(content_type: str | None, encoding: str | None) -> tuple[str, bool]:
+    base = (content_type or "").split(";", 1)[0].strip().lower()
+    if base not in wire.CONTENT_TYPES:
+        raise ApiError(
+            415,
+            "unsupported_media_type",
+            f"Content-Type {content_type!r} is not supported; use {wire.JSON} or {wire.MSGPACK}",
+        )
+    enc = (encoding or "identity").strip().lower()
+    if enc not in ("identity", "gzip"):
+        raise ApiError(415, "unsupported_media_type", f"Content-Encoding {encoding!r} is not supported; use gzip")
+    return base, enc == "gzip"
+
+
+async def read_limited(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
+    """The request body, refusing (413) as soon as it passes ``limit`` bytes."""
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_big(int(declared), limit)
+    parts, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise _too_big(size, limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _too_big(size: int, limit: int) -> ApiError:
+    return ApiError(
+        413,
+        "body_too_large",
+        f"body of {size}+ bytes exceeds limits.max_body_bytes={limit}; "
+        "send smaller batches (transport.batch_max_samples)",
+        limit=limit,
+    )
+
+
+def decode(body: Body, limits: LimitSettings) -> Batch:
+    try:
+        batch = wire.decode(
+            body.data, body.content_type, body.gzipped, max_decompressed_bytes=limits.max_body_bytes * 8
+        )
+    except wire.UnsupportedVersion as exc:
+        raise ApiError(422, "unsupported_schema_version", str(exc), field=exc.field) from exc
+    except wire.TooLarge as exc:
+        raise ApiError(413, "body_too_large", str(exc), field=exc.field) from exc
+    except wire.WireError as exc:
+        code, status = ("bad_body", 400) if exc.field in ("body", "") else ("invalid_field", 422)
+        raise ApiError(status, code, str(exc), field=exc.field) from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        # Safety net: a value the decoder did not type-check (e.g. "ts": [..]) is the client's error.
+        raise ApiError(422, "invalid_field", f"batch has a field of the wrong type: {exc}") from exc
+    check_limits(batch, limits)
+    return batch
+
+
+def check_limits(batch: Batch, limits: LimitSettings) -> None:
+    if len(batch.samples) > limits.max_samples_per_batch:
+        raise ApiError(
+            413,
+            "too_many_samples",
+            f"batch has {len(batch.samples)} samples, over "
+            f"limits.max_samples_per_batch={limits.max_samples_per_batch}; send smaller batches",
+            limit=limits.max_samples_per_batch,
+        )
+    _check_text("node", batch.node, MAX_NODE)
+    _check_text("id", batch.batch_id, MAX_BATCH_ID)
+    _check_text("agent", batch.agent_version, 64)
+    for i, h in enumerate(batch.health):
+        _check_text(f"health[{i}].collector", h.collector, MAX_NAME)
+    for i, s in enumerate(batch.samples):
+        _check_sample(i, s.reading, limits.max_label_value_length)
+
+
+def _check_sample(i: int, r: Reading, label_max: int) -> None:
+    where = f"samples[{i}]"
+    _check_text(f"{where}.source", r.source, MAX_SOURCE)
+    _check_text(f"{where}.counter", r.counter, MAX_NAME)
+    _check_text(f"{where}.name", r.name, MAX_NAME)
+    _check_text(f"{where}.unit", r.unit, MAX_UNIT)
+    # device and port become Prometheus labels, so the label value limit applies to them too.
+    for key, value in (("device", r.device), ("port", r.port), *((f"labels.{k}", v) for k, v in r.labels)):
+        if len(value) > label_max:
+            raise ApiError(
+                422,
+                "label_too_long",
+                f"{where}.{key} is {len(value)} characters, over limits.max_label_value_length={label_max}",
+                field=f"{where}.{key}",
+                limit=label_max,
+            )
+        _check_text(f"{where}.{key}", value, label_max)
+    for k, _ in r.labels:
+        _check_text(f"{where}.labels key", k, MAX_NAME)
+
+
+def _check_text(where: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise ApiError(422, "field_too_long", f"{where} is {len(value)} characters, over {limit}", field=where)
+    if "\x00" in value:
+        raise ApiError(422, "invalid_field", f"{where} contains a NUL character", field=where)
+
+
+class Ingestor:
+    """Counts in-flight batches for load shedding and turns store outcomes into metrics."""
+
+    def __init__(
+        self, store: Store, limits: LimitSettings, metrics: ServerMetrics, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store, self.limits, self.metrics, self.clock = store, limits, metrics, clock
+        self.in_flight = 0
+
+    async def handle(
+        self,
+        principal: Principal,
+        body_reader: Callable[[], AsyncIterator[bytes]],
+        content_type: str | None,
+        encoding: str | None,
+        declared: str | None,
+    ) -> IngestResult:
+        try:
+            return await self._handle(principal, body_reader, content_type, encoding, declared)
+        except ApiError as exc:
+            self.metrics.rejected.labels(exc.code).inc()
+            raise
+
+    async def _handle(
+        self,
+        principal: Principal,
+        body_reader: Callable[[], AsyncIterator[bytes]],
+        content_type: str | None,
+        encoding: str | None,
+        declared: str | None,
+    ) -> IngestResult:
+        require_ingest_role(principal)
+        base, gzipped = check_content(content_type, encoding)
+        if self.in_flight >= self.limits.max_pending_batches:
+            raise ApiError(
+                429,
+                "overloaded",
+                f"{self.in_flight} batches are being stored "
+                f"(limits.max_pending_batches={self.limits.max_pending_batches}); retry shortly",
+                {"Retry-After": RETRY_AFTER_OVERLOADED},
+            )
+        self.in_flight += 1
+        try:
+            with self.metrics.duration.time():
+                data = await read_limited(body_reader(), declared, self.limits.max_body_bytes)
+                batch = await anyio.to_thread.run_sync(decode, Body(data, base, gzipped), self.limits)
+                require_node(principal, batch.node)
+                result = await anyio.to_thread.run_sync(self._store, batch)
+        finally:
+            self.in_flight -= 1
+        self._count(result)
+        return result
+
+    def _store(self, batch: Batch) -> IngestResult:
+        try:
+            return self.store.ingest(batch, self.clock(), self.limits.max_series_per_node)
+        except SeriesLimitExceeded as exc:
+            raise ApiError(
+                429, "series_limit", str(exc), {"Retry-After": RETRY_AFTER_SERIES_LIMIT}, limit=exc.limit, node=exc.node
+            ) from exc
+
+    def _count(self, result: IngestResult) -> None:
+        if result.duplicate:
+            self.metrics.duplicates.inc()
+            return
+        self.metrics.batches.inc()
+        self.metrics.samples.inc(result.accepted)
+        self.metrics.series_created.inc(result.new_series)

@@ -1,0 +1,131 @@
+"""``/metrics`` of the central service: the fleet view and the service's own health.
+
+The fleet view is rendered at scrape time by ``FleetCollector`` from the latest point of each
+series (``series.latest_*``), named by ``fabricd.exposition.families`` with a ``node`` label, so a
+Prometheus scraping the central sees the same names as one scraping an agent. Series not updated
+for ``metrics_stale_seconds`` are left out (a node that went away stops being exported instead of
+freezing at its last value). Everything registers in the app's own ``CollectorRegistry``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from fabricd.exposition import SeriesBudget, fleet_families
+from fabricd.model import IncidentKind, Sample, Severity
+from fabricd.server.store import Store
+
+log = logging.getLogger("fabricd.server.metrics")
+# Ingest of one batch: from a few ms (SQLite, hundreds of samples) to seconds (50k samples, slow disk).
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ServerMetrics:
+    """Counters the request handlers and background loops update."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batches = Counter("fabricd_ingest_batches", "Batches accepted and stored", registry=registry)
+        self.samples = Counter("fabricd_ingest_samples", "Samples accepted and stored", registry=registry)
+        self.rejected = Counter(
+            "fabricd_ingest_rejected_batches",
+            "Batches refused, by reason (the error code)",
+            ["reason"],
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "fabricd_ingest_duplicate_batches",
+            "Batches acknowledged again without storing (a retry of a stored batch)",
+            registry=registry,
+        )
+        self.series_created = Counter("fabricd_ingest_series_created", "New series stored", registry=registry)
+        self.duration = Histogram(
+            "fabricd_ingest_duration_seconds",
+            "Time to decode, check and store one batch",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.detection_lag = Gauge(
+            "fabricd_detection_lag_seconds",
+            "Wall time minus the event time of the newest sample the detectors processed",
+            registry=registry,
+        )
+        self.detection_backlog = Gauge(
+            "fabricd_detection_backlog_points", "Stored points the detectors have not processed yet", registry=registry
+        )
+        self.detection_errors = Counter("fabricd_detection_errors", "Detector runs that raised", registry=registry)
+        self.maintenance_deleted = Counter(
+            "fabricd_store_deleted_points", "Points deleted past retention", registry=registry
+        )
+        self.maintenance_downsampled = Counter(
+            "fabricd_store_downsampled_points", "Raw points folded into downsampled buckets", registry=registry
+        )
+
+
+class FleetCollector(Collector):
+    def __init__(self, store: Store, stale_seconds: float, clock: Callable[[], float] = time.time) -> None:
+        self.store, self.stale_seconds, self.clock = store, stale_seconds, clock
+        # Per-family caps across the fleet; series refused are counted, never silently dropped.
+        self.budget = SeriesBudget()
+
+    def describe(self) -> list[Metric]:
+        return []  # no describe-time queries: the database may not be migrated yet at registration
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("fabricd_store_up", "1 if the fleet view could be read from the database")
+        try:
+            metrics = [*self._fleet(), *self._agents(), *self._incidents()]
+        except Exception:  # a scrape must say the store is down, not fail as a whole
+            log.exception("cannot read the fleet view for /metrics")
+            up.add_metric([], 0.0)
+            yield up
+            return
+        up.add_metric([], 1.0)
+        yield up
+        yield from metrics
+        yield self.budget.refused_family()
+
+    def _fleet(self) -> list[Metric]:
+        by_node: dict[str, list[Sample]] = {}
+        for node, sample in self.store.latest(fresh_since=self.clock() - self.stale_seconds):
+            by_node.setdefault(node, []).append(sample)
+        return fleet_families(by_node.items(), self.budget)
+
+    def _agents(self) -> list[Metric]:
+        seen = GaugeMetricFamily(
+            "fabricd_agent_last_seen_timestamp_seconds",
+            "When the central last accepted a batch from the node's agent",
+            labels=["node"],
+        )
+        info = GaugeMetricFamily("fabricd_agent_info", "Agent version per node", labels=["node", "version"])
+        ok = GaugeMetricFamily(
+            "fabricd_collector_success",
+            "1 if the collector's last run on the node succeeded",
+            labels=["node", "collector"],
+        )
+        took = GaugeMetricFamily(
+            "fabricd_collector_duration_seconds", "Duration of the collector's last run", labels=["node", "collector"]
+        )
+        for node, health, _series in self.store.nodes():
+            seen.add_metric([node.name], node.last_seen)
+            info.add_metric([node.name, node.agent_version], 1.0)
+            for h in health:
+                ok.add_metric([node.name, h.collector], 1.0 if h.success else 0.0)
+                took.add_metric([node.name, h.collector], h.duration_seconds)
+        return [seen, info, ok, took]
+
+    def _incidents(self) -> list[Metric]:
+        counts = {(k.value, s.value): 0 for k in IncidentKind for s in Severity}
+        for kind, severity, _state, n in self.store.open_incident_counts():
+            counts[(kind, severity)] = counts.get((kind, severity), 0) + n
+        fam = GaugeMetricFamily(
+            "fabricd_incidents_open", "Incidents not yet resolved (open or acknowledged)", labels=["kind", "severity"]
+        )
+        for (kind, severity), n in sorted(counts.items()):
+            fam.add_metric([kind, severity], float(n))
+        return [fam]

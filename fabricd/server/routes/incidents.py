@@ -1,0 +1,94 @@
+"""``/api/v1/incidents``: list, detail (evidence, timeline, localization), ack and resolve."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query
+
+from fabricd.model import IncidentKind, IncidentState
+from fabricd.server import tables as t
+from fabricd.server.api_models import IncidentAction, IncidentOut, IncidentSummary
+from fabricd.server.auth import Principal
+from fabricd.server.deps import Admin, Reader, Svc, when
+from fabricd.server.errors import ApiError, not_found
+from fabricd.server.routes.common import AUTH_ERRORS, NOT_FOUND
+from fabricd.server.store import Conflict, NotFound
+from fabricd.timeparse import HELP
+
+router = APIRouter(tags=["incidents"])
+IncidentId = Annotated[int, Path(ge=1, le=2**62, description="the incident's id")]
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"description": "the incident is resolved; it cannot be acknowledged"}
+}
+
+
+@router.get(
+    "/api/v1/incidents", response_model=list[IncidentSummary], responses=AUTH_ERRORS, summary="Incidents, newest first"
+)
+def list_incidents(
+    svc: Svc,
+    _who: Reader,
+    state: Annotated[IncidentState | None, Query(description="open, acked or resolved")] = None,
+    kind: Annotated[IncidentKind | None, Query()] = None,
+    since: Annotated[str | None, Query(max_length=64, description=f"updated since; {HELP}")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[IncidentSummary]:
+    rows = svc.store.list_incidents(
+        state.value if state else None, kind.value if kind else None, when(svc, "since", since), limit
+    )
+    return [IncidentSummary.of(r) for r in rows]
+
+
+@router.get(
+    "/api/v1/incidents/{incident_id}",
+    response_model=IncidentOut,
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+    summary="One incident with evidence, localization and timeline",
+)
+def get_incident(svc: Svc, _who: Reader, incident_id: IncidentId) -> IncidentOut:
+    try:
+        return IncidentOut.of(svc.store.get_incident(incident_id))
+    except NotFound as exc:
+        raise not_found(str(exc)) from exc
+
+
+@router.post(
+    "/api/v1/incidents/{incident_id}/ack",
+    response_model=IncidentOut,
+    responses={**AUTH_ERRORS, **NOT_FOUND, **_CONFLICT},
+    summary="Acknowledge (admin)",
+)
+def ack(
+    svc: Svc, who: Admin, incident_id: IncidentId, action: Annotated[IncidentAction | None, Body()] = None
+) -> IncidentOut:
+    act = action or IncidentAction()
+    return _act(lambda: svc.store.ack(incident_id, _actor(who, act), svc.clock(), act.note))
+
+
+@router.post(
+    "/api/v1/incidents/{incident_id}/resolve",
+    response_model=IncidentOut,
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+    summary="Resolve (admin)",
+)
+def resolve(
+    svc: Svc, who: Admin, incident_id: IncidentId, action: Annotated[IncidentAction | None, Body()] = None
+) -> IncidentOut:
+    act = action or IncidentAction()
+    return _act(lambda: svc.store.resolve(incident_id, _actor(who, act), svc.clock(), act.note))
+
+
+def _actor(who: Principal, act: IncidentAction) -> str:
+    return act.by or who.name
+
+
+def _act(do: object) -> IncidentOut:
+    assert callable(do)
+    try:
+        row: t.Incident = do()
+    except NotFound as exc:
+        raise not_found(str(exc)) from exc
+    except Conflict as exc:
+        raise ApiError(409, "conflict", str(exc)) from exc
+    return IncidentOut.of(row)

@@ -1,0 +1,102 @@
+"""``POST /api/v1/ingest``: one batch from one agent (wire format: docs/wire-format.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+
+from fabricd.model import SCHEMA_VERSION, Kind, Status
+from fabricd.server.api_models import ErrorOut, IngestOut
+from fabricd.server.deps import Caller, Svc
+from fabricd.server.ingest import MAX_BATCH_ID, MAX_NAME, MAX_NODE, MAX_SOURCE, MAX_UNIT
+
+router = APIRouter(tags=["ingest"])
+_TEXT = {"type": "string", "pattern": "^[^\\x00]*$"}
+_NUM = {"type": "number"}
+_OPT_NUM = {"type": ["number", "null"]}
+
+
+def _text(max_length: int, min_length: int = 0) -> dict[str, Any]:
+    return {**_TEXT, "maxLength": max_length, "minLength": min_length}
+
+
+# The wire format (fabricd/wire.py, docs/wire-format.md) as JSON Schema, so /docs shows it and
+# schemathesis generates batches the server must accept. msgpack carries the same structure.
+SAMPLE_ROW = {
+    "type": "array",
+    "description": "[ts, source, device, port, counter, name, unit, kind, labels, value, rate, status, since]",
+    "prefixItems": [
+        _NUM,
+        _text(MAX_SOURCE),
+        _text(128),
+        _text(128),
+        _text(MAX_NAME),
+        _text(MAX_NAME),
+        _text(MAX_UNIT),
+        {"enum": [k.value for k in Kind]},
+        {"type": ["object", "null"], "additionalProperties": _text(128), "propertyNames": _text(MAX_NAME)},
+        _NUM,
+        _OPT_NUM,
+        {"enum": [s.value for s in Status]},
+        _OPT_NUM,
+    ],
+    "minItems": 13,
+    "maxItems": 13,
+}
+HEALTH_ROW = {
+    "type": "array",
+    "description": "[collector, success, duration_seconds, ts, error, readings]",
+    "prefixItems": [_text(MAX_NAME), {"type": "boolean"}, _NUM, _NUM, _TEXT, {"type": "integer", "minimum": 0}],
+    "minItems": 6,
+    "maxItems": 6,
+}
+BATCH_SCHEMA = {
+    "type": "object",
+    "required": ["v", "node", "id", "samples"],
+    "properties": {
+        "v": {"type": "integer", "enum": [SCHEMA_VERSION], "description": "wire schema version"},
+        "node": _text(MAX_NODE, 1),
+        "agent": _text(64),
+        "id": _text(MAX_BATCH_ID, 1),
+        "ts": _NUM,
+        "samples": {"type": "array", "items": SAMPLE_ROW, "maxItems": 1000},
+        "health": {"type": "array", "items": HEALTH_ROW, "maxItems": 100},
+    },
+}
+_ERRORS = {
+    400: {"model": ErrorOut, "description": "the body is not valid JSON/msgpack/gzip"},
+    401: {"model": ErrorOut, "description": "missing, unknown or revoked token"},
+    403: {"model": ErrorOut, "description": "the token may not ingest, or is bound to another node"},
+    413: {"model": ErrorOut, "description": "body or samples-per-batch limit exceeded"},
+    415: {"model": ErrorOut, "description": "unsupported Content-Type or Content-Encoding"},
+    422: {"model": ErrorOut, "description": "unknown schema version or an invalid field (named)"},
+    429: {"model": ErrorOut, "description": "series-per-node limit or load shedding; honour Retry-After"},
+}
+
+
+@router.post(
+    "/api/v1/ingest",
+    response_model=IngestOut,
+    responses=_ERRORS,  # type: ignore[arg-type]
+    summary="Store one batch of samples from an agent",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "JSON, or msgpack (application/msgpack) of the same structure; gzip allowed",
+            "content": {"application/json": {"schema": BATCH_SCHEMA}},
+        }
+    },
+)
+async def ingest(
+    request: Request,
+    svc: Svc,
+    who: Caller,
+    content_type: Annotated[str | None, Header(include_in_schema=False)] = None,
+    content_encoding: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> IngestOut:
+    """Idempotent by (node, batch id): a retried batch is acknowledged with `duplicate: true`."""
+    result = await svc.ingestor.handle(
+        who, request.stream, content_type, content_encoding, request.headers.get("content-length")
+    )
+    return IngestOut(batch_id=result.batch_id, accepted=result.accepted, duplicate=result.duplicate)

@@ -1,0 +1,149 @@
+"""Table models (SQLAlchemy 2 typed ORM). API models live in ``api_models.py``; never mix them.
+
+Times are float seconds since the epoch (event time for samples, wall time for server-side events).
+Rate series are split into ``series`` (identity, one row per node/source/device/port/counter/labels,
+with the latest point cached for ``/metrics`` and ``/ports``) and ``points`` (ts, value, rate, status)
+keyed by series id, so a point costs a few numbers, not repeated strings. ``points.id`` is the ingest
+order the detection engine reads from. The schema is created by Alembic (``migrations/``), which a
+test compares with these models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only aliases the rowid (fast autoincrement) for INTEGER PRIMARY KEY, not BIGINT.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    agent_version: Mapped[str] = mapped_column(String(64), default="")
+    first_seen: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)  # wall time of the last accepted batch
+    last_batch_ts: Mapped[float] = mapped_column(Float, default=0.0)  # the agent's own batch time
+    batches: Mapped[int] = mapped_column(BigInteger, default=0)
+    samples: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class CollectorStatus(Base):
+    __tablename__ = "collector_status"
+
+    node: Mapped[str] = mapped_column(String(128), ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True)
+    collector: Mapped[str] = mapped_column(String(128), primary_key=True)
+    success: Mapped[bool] = mapped_column(Boolean)
+    duration_seconds: Mapped[float] = mapped_column(Float)
+    ts: Mapped[float] = mapped_column(Float)
+    error: Mapped[str] = mapped_column(Text, default="")
+    readings: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class IngestedBatch(Base):
+    """One row per accepted batch; the unique key makes a retried batch a no-op (idempotency)."""
+
+    __tablename__ = "ingested_batches"
+    __table_args__ = (UniqueConstraint("node", "batch_id", name="uq_ingested_batches_node_batch"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(128))
+    batch_id: Mapped[str] = mapped_column(String(128))
+    received_ts: Mapped[float] = mapped_column(Float, index=True)
+    samples: Mapped[int] = mapped_column(Integer)
+
+
+class Series(Base):
+    __tablename__ = "series"
+    __table_args__ = (
+        UniqueConstraint("node", "source", "device", "port", "counter", "labels", name="uq_series_identity"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    source: Mapped[str] = mapped_column(String(64))
+    device: Mapped[str] = mapped_column(String(128))
+    port: Mapped[str] = mapped_column(String(128))
+    counter: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(128))
+    unit: Mapped[str] = mapped_column(String(32))
+    kind: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[str] = mapped_column(Text, default="{}")  # canonical JSON (sorted keys): part of the identity
+    latest_ts: Mapped[float | None] = mapped_column(Float, default=None)
+    latest_value: Mapped[float | None] = mapped_column(Float, default=None)
+    latest_rate: Mapped[float | None] = mapped_column(Float, default=None)
+    latest_status: Mapped[str | None] = mapped_column(String(16), default=None)
+    latest_since: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class Point(Base):
+    __tablename__ = "points"
+    __table_args__ = (Index("ix_points_series_ts", "series_id", "ts"), Index("ix_points_step_ts", "step", "ts"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    # No foreign key: the store is the only writer, and an FK check per point slows bulk ingest.
+    series_id: Mapped[int] = mapped_column(BigInteger)
+    ts: Mapped[float] = mapped_column(Float)
+    value: Mapped[float] = mapped_column(Float)
+    rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    step: Mapped[float] = mapped_column(Float, default=0.0)  # 0 = raw; else the downsampling bucket width
+
+
+class Incident(Base):
+    __tablename__ = "incidents"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(256), unique=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    severity: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    element: Mapped[str] = mapped_column(String(256))
+    summary: Mapped[str] = mapped_column(Text)
+    started_ts: Mapped[float] = mapped_column(Float, index=True)
+    updated_ts: Mapped[float] = mapped_column(Float)
+    resolved_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    acked_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    acked_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+    resolved_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    candidates: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    affected: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    timeline: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [[ts, text, actor], ...] append-only
+
+
+class Token(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex of the token; never the token
+    role: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    note: Mapped[str] = mapped_column(String(256), default="")
+    created_ts: Mapped[float] = mapped_column(Float)
+    revoked_ts: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Topology(Base):
+    __tablename__ = "topology"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    updated_ts: Mapped[float] = mapped_column(Float)
+    doc: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"elements": [...], "links": [...]}
+
+
+class Cursor(Base):
+    """Named read positions in ``points`` (the detection loop resumes here after a restart)."""
+
+    __tablename__ = "cursors"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(BigInteger)

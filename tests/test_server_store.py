@@ -1,0 +1,186 @@
+"""The storage layer: detection stream, incidents, maintenance, migrations; SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
+
+from fabricd.model import Incident, IncidentKind, IncidentState, Sample, Severity
+from fabricd.server import db
+from fabricd.server.detection import DetectionLoop
+from fabricd.server.metrics import ServerMetrics
+from fabricd.server.store import Store, downsample
+from fabricd.server.tables import Base
+from fabricd.server.testing import backend_url, ib_sample, make_batch, pg_reachable
+from tests.helpers import skip_or_fail
+
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "postgres" and not pg_reachable():
+        skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
+    with backend_url(request.param, tmp_path) as url:
+        engine = db.make_engine(url)
+        db.prepare(engine)
+        yield Store(engine)
+        engine.dispose()
+
+
+def test_migrations_create_exactly_the_table_models(store: Store) -> None:
+    with store.engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diffs == []
+    assert db.is_ready(store.engine) == (True, f"schema at revision {db.head_revision()}")
+
+
+def test_a_newer_schema_is_refused_with_a_clear_message(store: Store) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(db.SchemaError, match="revision 9999, newer than this fabricd knows"):
+        db.prepare(store.engine)
+    assert db.is_ready(store.engine)[0] is False
+
+
+def test_detection_reads_the_stream_in_ingest_order_with_a_cursor(store: Store) -> None:
+    store.ingest(make_batch("n1", "a", [ib_sample(T0 + 1), ib_sample(T0 + 2, device="mlx5_1")]), T0, 100)
+    store.ingest(make_batch("n2", "a", [ib_sample(T0 - 50)]), T0, 100)  # late (spooled) data: still next
+    first, cursor = store.read_samples_since(0, limit=2)
+    assert [(n, s.reading.device) for n, s in first] == [("n1", "mlx5_0"), ("n1", "mlx5_1")]
+    rest, cursor = store.read_samples_since(cursor)
+    assert [(n, s.ts) for n, s in rest] == [("n2", T0 - 50)]
+    assert rest[0][1].reading.metric == "port_transmit_data" and rest[0][1].rate == 1e9
+    assert store.read_samples_since(cursor) == ([], cursor)
+
+
+def test_latest_is_not_overwritten_by_an_older_backlog(store: Store) -> None:
+    store.ingest(make_batch("n1", "live", [ib_sample(T0, rate=5.0)]), T0, 100)
+    store.ingest(make_batch("n1", "spooled", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
+    [(node, latest)] = store.latest()
+    assert (node, latest.ts, latest.rate) == ("n1", T0, 5.0)
+
+
+def incident(key: str, state: IncidentState, ts: float, summary: str = "xmit wait") -> Incident:
+    return Incident(
+        key=key,
+        kind=IncidentKind.CONGESTION,
+        severity=Severity.WARNING,
+        state=state,
+        element="leaf-01",
+        summary=summary,
+        started_ts=ts,
+        updated_ts=ts,
+        resolved_ts=ts if state is IncidentState.RESOLVED else None,
+        timeline=[(ts, summary)],
+    )
+
+
+def test_incident_upserts_keep_the_ack_and_grow_the_timeline(store: Store) -> None:
+    iid, tr = store.upsert_incident(incident("k", IncidentState.OPEN, T0), T0)
+    assert tr == "opened"
+    store.ack(iid, "alice", T0 + 5, "on it")
+    assert store.upsert_incident(incident("k", IncidentState.OPEN, T0 + 10, "worse"), T0 + 10) == (iid, "updated")
+    row = store.get_incident(iid)
+    assert (row.state, row.acked_by, row.summary) == ("acked", "alice", "worse")
+    assert store.upsert_incident(incident("k", IncidentState.RESOLVED, T0 + 20), T0 + 20)[1] == "resolved"
+    assert store.upsert_incident(incident("k", IncidentState.OPEN, T0 + 30), T0 + 30)[1] == "reopened"
+    row = store.get_incident(iid)
+    assert row.state == "open" and row.acked_by is None  # a recurrence needs a fresh look
+    whats = [e[1] for e in row.timeline]
+    assert whats[:3] == ["xmit wait", "opened: xmit wait", "acknowledged: on it"]
+    assert "resolved: xmit wait" in whats and "reopened: xmit wait" in whats
+    assert [e[0] for e in row.timeline] == sorted(e[0] for e in row.timeline)
+    assert len(store.list_incidents()) == 1
+
+
+def test_maintenance_downsamples_then_expires(store: Store) -> None:
+    # Two hours of 10 s points; keep 1 h raw, 5 min buckets beyond it, delete past 90 min.
+    pts = [ib_sample(T0 + i * 10, value=float(i), rate=float(i % 2)) for i in range(720)]
+    store.ingest(make_batch("n1", "a", pts), T0, 100)
+    now = T0 + 7200
+    report = store.maintain(now, raw_retention=3600, step=300, retention=5400)
+    [series] = store.find_series()
+    kept = store.points(series.id, 0, now + 1)
+    raw = [p for p in kept if p.step == 0]
+    folded = [p for p in kept if p.step == 300]
+    assert all(p.ts >= now - 3600 for p in raw) and len(raw) == 360
+    assert report.downsampled_points == 360 and report.buckets_written == 12
+    assert [p.ts for p in folded] == [T0 + 1800 + 300 * i for i in range(6)]  # the rest expired
+    assert all(p.rate == 0.5 for p in folded) and folded[0].value == 209.0  # counter: last value
+    # Idempotent: a second run folds nothing new and writes no duplicate buckets.
+    again = store.maintain(now, raw_retention=3600, step=300, retention=5400)
+    assert (again.downsampled_points, again.deleted_points) == (0, 0)
+    # Downsampled points never reach the detectors again.
+    samples, _ = store.read_samples_since(0, limit=100_000)
+    assert len(samples) == 360
+
+
+def test_downsample_uses_the_mean_for_gauges_and_keeps_unknown_rates_unknown() -> None:
+    rows = [(0.0, 2.0, None, "first"), (10.0, 4.0, None, "saturated"), (60.0, 1.0, 3.0, "ok")]
+    assert downsample(rows, 60, counter=False) == [
+        {"ts": 0.0, "value": 3.0, "rate": None, "status": "saturated"},
+        {"ts": 60.0, "value": 1.0, "rate": 3.0, "status": "ok"},
+    ]
+
+
+class ThresholdDetector:
+    """A minimal real detector: congestion when a port's xmit data rate passes a threshold."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.seen = 0
+
+    def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
+        self.seen += len(samples)
+        out = []
+        for node, s in samples:
+            if s.rate is not None and s.rate > self.threshold:
+                out.append(
+                    Incident(
+                        key=f"congestion:{node}/{s.reading.device}",
+                        kind=IncidentKind.CONGESTION,
+                        severity=Severity.CRITICAL,
+                        state=IncidentState.OPEN,
+                        element=f"{node}/{s.reading.device}",
+                        summary="hot port",
+                        started_ts=s.ts,
+                        updated_ts=s.ts,
+                    )
+                )
+        return out
+
+
+def test_detection_loop_resumes_from_its_stored_cursor(store: Store) -> None:
+    from prometheus_client import CollectorRegistry
+
+    metrics = ServerMetrics(CollectorRegistry())
+    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=10.0), ib_sample(T0, device="mlx5_1", rate=99.0)]), T0, 100)
+    heard: list[tuple[int, str]] = []
+    detector = ThresholdDetector(50.0)
+    loop = DetectionLoop(store, detector, metrics, [lambda i, tr, _inc: heard.append((i, tr))], lambda: T0 + 2)
+    assert loop.step() == 2 and loop.step() == 0
+    assert [i.element for i in store.list_incidents()] == ["n1/mlx5_1"] and heard[0][1] == "opened"
+    assert metrics.detection_lag._value.get() == 2.0
+    # A restarted loop starts after what was already processed.
+    store.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=1.0)]), T0, 100)
+    again = ThresholdDetector(50.0)
+    assert DetectionLoop(store, again, metrics).step() == 1 and again.seen == 1
+
+
+def test_tokens_are_stored_hashed_and_revocable(store: Store) -> None:
+    _tid, token = store.create_token("agent", T0, node="n1")
+    with store.engine.connect() as conn:
+        stored = [r[0] for r in conn.execute(text("SELECT digest FROM tokens"))]
+    assert token not in stored and len(stored[0]) == 64
+    assert store.find_token(token) is not None and store.find_token(token + "x") is None
+    store.revoke_token(token, T0)
+    assert store.find_token(token) is None
+    assert store.list_tokens()[0].revoked_ts == T0
+    with pytest.raises(ValueError, match="role"):
+        store.create_token("root", T0)
