@@ -1,26 +1,53 @@
-"""Prometheus names and exposition for fabricd samples (agent ``collect`` and the central exporter).
+"""Prometheus names and exposition for fabricd samples (agent ``/metrics``, ``fabricd collect``, central).
 
 Naming per Prometheus conventions (https://prometheus.io/docs/practices/naming/):
-``fabricd_<source>_<name>[_<unit>]_total`` for counters (value normalized to base units),
-``..._per_second`` gauges for the agent-computed rates (wraps, resets and saturation handled, which
-``rate()`` over a raw counter cannot do), plain gauges for levels, ``_info`` gauges for strings.
-Labels are few and stable: ``node``, ``device``, ``port`` and the reading's own (``priority``).
+
+- ``fabricd_<source>_<name>[_<unit>]_total``: counters, value normalized to base units;
+- ``..._per_second``: gauges with the agent-computed rate (wraps, resets and saturation handled,
+  which ``rate()`` over a raw counter cannot do);
+- plain gauges for levels, ``..._info`` gauges (value 1) for strings, and
+  ``..._last_timestamp_seconds`` for events (an aborted NCCL run);
+- ``fabricd_saturated_since_timestamp_seconds`` for a counter clamped at all ones: its rate is
+  unknown since then, not 0.
+
+Labels are few and stable: ``node``, ``device`` (``op`` for NCCL-tests, ``peer`` for the pingmesh),
+``port`` and the reading's own (``priority``, ``size``...). Free-text labels (an error message) are
+left out, and every family is capped (``Limits``): series past the cap are refused and counted in
+``fabricd_exporter_series_refused_total{family,reason}`` so a rogue agent cannot explode Prometheus.
+Every family name is listed in ``fabricd.catalogue`` (checked by tests against real collector output).
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 from prometheus_client.registry import CollectorRegistry
 
+from fabricd import catalogue
 from fabricd.model import Kind, Sample, Status
 
+log = logging.getLogger("fabricd.exposition")
+
 _BAD = re.compile(r"[^a-zA-Z0-9_]")
-# Units that are already part of the name in base units; "" means a dimensionless count.
-_UNIT_SUFFIX = {"bytes", "seconds", "packets", "frames", "ticks", "events", "bytes_per_second", "ratio"}
+# Reading units -> the unit suffix the name carries. Only measurement units get one (base units,
+# and XmitWait's hardware ticks); counts of things (packets, frames, events, probes) do not: the
+# name already says what is counted (``rx_pause_frames_total``, node_exporter's ``receive_errs_total``).
+UNIT_SUFFIX: dict[str, str] = {
+    "bytes": "bytes", "seconds": "seconds", "ratio": "ratio", "ticks": "ticks",
+    "bytes_per_second": "bytes_per_second", "bytes/s": "bytes_per_second",
+}  # fmt: skip
+# What ``device`` means for sources whose "device" is not a NIC.
+DEVICE_LABEL: dict[str, str] = {"nccl": "op", "pingmesh": "peer"}
+# Free text from tools or drivers: unbounded values, kept in the REST API and incidents, not here.
+FREE_TEXT_LABELS = frozenset({"detail", "error", "message"})
+REFUSED = "fabricd_exporter_series_refused"
+SATURATED = "fabricd_saturated_since_timestamp_seconds"
 
 
 def sanitize(name: str) -> str:
@@ -28,78 +55,168 @@ def sanitize(name: str) -> str:
     return f"_{name}" if name[:1].isdigit() else name
 
 
+# Words of raw hardware names (ethtool ``rx_corrected_bits_phy``, ``*_us``) that Prometheus's linter
+# (``promtool check metrics``) rejects as non-base or abbreviated units or as type names.
+_LINT_WORDS: dict[str, str] = {
+    "bits": "bit", "kilobytes": "kbyte", "megabytes": "mbyte", "gigabytes": "gbyte", "terabytes": "tbyte",
+    "milliseconds": "msec", "microseconds": "usec", "nanoseconds": "nsec", "minutes": "minute",
+    "hours": "hour", "days": "day", "s": "secs", "sec": "secs", "ms": "msec", "us": "usec", "ns": "nsec",
+    "b": "byte", "kb": "kbyte", "mb": "mbyte", "gb": "gbyte", "tb": "tbyte", "pb": "pbyte", "m": "mx",
+    "h": "hx", "d": "dx", "counter": "cntr", "gauge": "gge", "histogram": "hist", "summary": "summ",
+    "untyped": "untyp",
+}  # fmt: skip
+
+
+def lint_safe(name: str) -> str:
+    return "_".join(_LINT_WORDS.get(word, word) for word in name.split("_"))
+
+
 def metric_stem(source: str, name: str, unit: str) -> str:
-    """``fabricd_<source>_<name>_<unit>`` without the type suffix."""
-    stem = f"fabricd_{sanitize(source)}_{sanitize(name)}"
-    unit = sanitize(unit)
-    if unit and unit in _UNIT_SUFFIX and not stem.endswith(f"_{unit}"):
-        stem = f"{stem}_{unit}"
+    """``fabricd_<source>_<name>[_<unit>]`` without the type suffix."""
+    stem = f"fabricd_{sanitize(source)}_{lint_safe(sanitize(name))}"
+    suffix = UNIT_SUFFIX.get(unit.strip().lower(), "")
+    if suffix and not stem.endswith(f"_{suffix}"):
+        stem = f"{stem}_{suffix}"
     return stem
 
 
-def _label_pairs(sample: Sample, node: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    r = sample.reading
-    pairs: list[tuple[str, str]] = []
-    if node is not None:
-        pairs.append(("node", node))
-    if r.device:
-        pairs.append(("device", r.device))
-    if r.port:
-        pairs.append(("port", r.port))
-    pairs.extend((sanitize(k), v) for k, v in r.labels)
-    return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
+@dataclass(frozen=True)
+class Limits:
+    """Cardinality caps per scrape. 20,000 series per family covers a 1,000-node fleet with 8 HCAs
+    and two PFC priorities per port; past that a family is almost certainly a label gone wrong."""
+
+    max_series_per_family: int = 20_000
+    max_label_value_length: int = 128
 
 
-class _Families:
-    """Metric families keyed by (name, label names) so one name never mixes label sets."""
+@dataclass
+class SeriesBudget:
+    """The caps of one exporter and its cumulative count of refused series (a Prometheus counter)."""
 
-    def __init__(self) -> None:
-        self.by_key: dict[tuple[str, str], Metric] = {}
+    limits: Limits = field(default_factory=Limits)
+    refused: Tally[tuple[str, str]] = field(default_factory=Tally)
 
-    def add(self, kind: str, name: str, doc: str, labels: tuple[tuple[str, ...], tuple[str, ...]],
-            value: float) -> None:  # fmt: skip
-        names, values = labels
-        fam = self.by_key.get((name, kind))
+    def refused_family(self) -> Metric:
+        fam = CounterMetricFamily(REFUSED, catalogue.help_for(REFUSED + "_total"), labels=["family", "reason"])
+        for (family, reason), n in sorted(self.refused.items()):
+            fam.add_metric([family, reason], float(n))
+        return fam
+
+
+class _Builder:
+    """Families keyed by name; one name never gets two types, a series never appears twice."""
+
+    def __init__(self, budget: SeriesBudget) -> None:
+        self.budget = budget
+        self.fams: dict[str, Metric] = {}
+        self.owner: dict[str, str] = {}  # exposed sample name -> family name
+        self.series: dict[str, dict[tuple[tuple[str, str], ...], tuple[str, float]]] = {}
+        self.logged: set[tuple[str, str]] = set()
+
+    def add(self, mtype: str, name: str, labels: Mapping[str, str], value: float, doc: str) -> None:
+        fam = self.fams.get(name)
         if fam is None:
-            cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
-            fam = cls(name, doc, labels=list(names))
-            self.by_key[(name, kind)] = fam
-        if list(names) != list(getattr(fam, "_labelnames", names)):
-            return  # a label set this family does not have: skip rather than emit invalid exposition
-        fam.add_metric(list(values), value)  # type: ignore[attr-defined]
+            if self.owner.setdefault(_exposed(name, mtype), name) != name:
+                return self._refuse(name, "type_conflict")  # a gauge "x_total" next to a counter "x"
+            fam = self.fams[name] = Metric(name, catalogue.help_for(_exposed(name, mtype)) or doc, mtype)
+            self.series[name] = {}
+        if fam.type != mtype:
+            return self._refuse(name, "type_conflict")
+        if any(len(v) > self.budget.limits.max_label_value_length for v in labels.values()):
+            return self._refuse(name, "label_too_long")
+        key = tuple(sorted(labels.items()))
+        series = self.series[name]
+        if key not in series and len(series) >= self.budget.limits.max_series_per_family:
+            return self._refuse(name, "family_cap")
+        series[key] = (_exposed(name, mtype), value)  # a repeat of a series: the last value wins
+        return None
+
+    def _refuse(self, name: str, reason: str) -> None:
+        self.budget.refused[(name, reason)] += 1
+        if (name, reason) not in self.logged:
+            self.logged.add((name, reason))
+            log.warning("exporter refused series of %s (%s)", name, reason)
+
+    def build(self) -> list[Metric]:
+        out = []
+        for name, fam in self.fams.items():
+            for key, (sample_name, value) in self.series[name].items():
+                fam.add_sample(sample_name, dict(key), value)
+            if fam.samples:
+                out.append(fam)
+        return out
 
 
-def families(samples: Iterable[Sample], node: str | None = None) -> list[Metric]:
-    fams = _Families()
-    for s in samples:
-        r = s.reading
-        stem = metric_stem(r.source, r.metric, r.unit)
-        labels = _label_pairs(s, node)
-        where = f"{r.source} {r.counter}"
-        if r.kind is Kind.COUNTER:
-            fams.add("counter", stem, f"{where} (normalized to {r.unit or 'count'})", labels, r.value)
-            if s.rate is not None:
-                fams.add("gauge", f"{stem}_per_second", f"Per-second rate of {where}", labels, s.rate)
-            if s.status is Status.SATURATED:
-                sat = (labels[0] + ("counter",), labels[1] + (r.counter,))
-                fams.add("gauge", "fabricd_counter_saturated", "1 while a counter is clamped at all ones",
-                         sat, 1.0)  # fmt: skip
-        elif r.kind is Kind.GAUGE:
-            fams.add("gauge", stem, f"{where} ({r.unit or 'level'})", labels, r.value)
-        elif r.kind is Kind.INFO:
-            fams.add("gauge", f"{stem}_info", f"{where} attributes", labels, 1.0)
-    return list(fams.by_key.values())
+def _exposed(name: str, mtype: str) -> str:
+    return f"{name}_total" if mtype == "counter" else name
+
+
+def _labels(sample: Sample, node: str | None) -> dict[str, str]:
+    r = sample.reading
+    labels: dict[str, str] = {}
+    if node is not None:
+        labels["node"] = node
+    if r.device:
+        labels[DEVICE_LABEL.get(r.source, "device")] = r.device
+    if r.port:
+        labels["port"] = r.port
+    for k, v in r.labels:
+        key = sanitize(k)
+        if key not in FREE_TEXT_LABELS and key not in labels:
+            labels[key] = v
+    return labels
+
+
+def _add_sample(b: _Builder, s: Sample, node: str | None) -> None:
+    r = s.reading
+    stem = metric_stem(r.source, r.metric, r.unit)
+    labels = _labels(s, node)
+    where = f"{r.source} {r.counter}"
+    if r.kind is Kind.COUNTER:
+        b.add("counter", stem, labels, r.value, f"{where} (normalized to {r.unit or 'count'})")
+        if s.rate is not None:
+            b.add("gauge", f"{stem}_per_second", labels, s.rate, f"Per-second rate of {where}")
+        if s.status is Status.SATURATED:
+            sat = {**labels, "source": r.source, "counter": r.counter}
+            since = s.since if s.since is not None else s.ts
+            b.add("gauge", SATURATED, sat, since, "Since when a counter is clamped at all ones")
+    elif r.kind is Kind.GAUGE:
+        b.add("gauge", stem, labels, r.value, f"{where} ({r.unit or 'level'})")
+    elif r.kind is Kind.INFO:
+        name = stem if stem.endswith("_info") else f"{stem}_info"
+        b.add("gauge", name, labels, 1.0, f"{where} attributes (value 1)")
+    elif r.kind is Kind.EVENT:
+        b.add("gauge", f"{stem}_last_timestamp_seconds", labels, s.ts, f"Event time of the last {where}")
+
+
+def families(samples: Iterable[Sample], node: str | None = None, *,
+             budget: SeriesBudget | None = None) -> list[Metric]:  # fmt: skip
+    """The metric families for one node's samples (``node`` becomes a label when given)."""
+    return fleet_families([(node, samples)], budget)
+
+
+def fleet_families(by_node: Iterable[tuple[str | None, Iterable[Sample]]],
+                   budget: SeriesBudget | None = None) -> list[Metric]:  # fmt: skip
+    """Families for many nodes at once: merged by name, capped per family across the fleet."""
+    builder = _Builder(budget or SeriesBudget())
+    for node, samples in by_node:
+        for s in samples:
+            _add_sample(builder, s, node)
+    return builder.build()
 
 
 class SamplesCollector(PromCollector):
     """A prometheus_client collector rendering a fixed list of samples (``fabricd collect``)."""
 
-    def __init__(self, samples: Sequence[Sample], node: str | None = None) -> None:
+    def __init__(self, samples: Sequence[Sample], node: str | None = None,
+                 budget: SeriesBudget | None = None) -> None:  # fmt: skip
         self.samples = samples
         self.node = node
+        self.budget = budget or SeriesBudget()
 
     def collect(self) -> Iterator[Metric]:
-        yield from families(self.samples, self.node)
+        yield from families(self.samples, self.node, budget=self.budget)
+        yield self.budget.refused_family()
 
 
 def render(samples: Sequence[Sample], node: str | None = None) -> bytes:
