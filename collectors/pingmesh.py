@@ -17,7 +17,7 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -97,7 +97,11 @@ class PingmeshCollector:
         self.socket_factory: SocketFactory = ctx.factories.get("socket", plain_udp_socket)
         self.responder_factory: Callable[[], ResponderProtocol] = ctx.factories.get(
             "responder", ResponderProtocol)
-        self.prober: ProberProtocol | None = None
+        # The probe sender is a side effect behind a factory: ``(targets, timeout_ns) -> prober``.
+        # Default: real UDP probes from a socket. The simulator's eval plugs in a path-model prober
+        # so a simulated hour replays in seconds through this same collector.
+        self.prober_factory: Callable[[list[Target], int], Any] | None = ctx.factories.get("prober")
+        self.prober: Any = None  # ProberProtocol, or what prober_factory built (same ledger interface)
         self.responder: ResponderProtocol | None = None
         self.transports: list[asyncio.DatagramTransport] = []
 
@@ -119,10 +123,13 @@ class PingmeshCollector:
 
     async def _start_prober(self) -> None:
         peers = self.options.peers
-        sock = self.socket_factory(_family(peers[0].address))
-        set_dscp(sock, self.options.dscp)
         targets = [Target(p.name, p.address, p.port, p.rate_per_second) for p in peers]
         timeout_ns = int(self.options.timeout_seconds * 1e9)
+        if self.prober_factory is not None:
+            self.prober = self.prober_factory(targets, timeout_ns)
+            return
+        sock = self.socket_factory(_family(peers[0].address))
+        set_dscp(sock, self.options.dscp)
         self.prober = ProberProtocol(targets, timeout_ns, shape=self.options.shape,
                                      pad_len=self.options.payload_bytes)
         self.transports.append(await start_prober(sock, self.prober))

@@ -104,6 +104,12 @@ def wait_healthy(url: str, timeout_seconds: float, procs: Sequence[tuple[str, su
     raise RuntimeError(f"{url}/healthz did not answer within {timeout_seconds:g}s")
 
 
+def upload_topology(url: str, doc: dict[str, Any]) -> None:
+    response = httpx.put(f"{url}/api/v1/topology", json=doc, timeout=30.0)
+    if response.status_code != 200:
+        raise RuntimeError(f"uploading the topology failed: {response.status_code} {response.text[:300]}")
+
+
 def _start_fixture_cluster(demo: Demo) -> list[str]:
     demo.start_agent("demo-node-001", FIXTURE_SYSFS)
     return ["demo-node-001"]
@@ -111,9 +117,13 @@ def _start_fixture_cluster(demo: Demo) -> list[str]:
 
 def _start_simulated_cluster(demo: Demo) -> list[str]:
     from fabricd.sim import live
+    from fabricd.topology import to_doc
 
     opts = demo.options
     demo.sim = live.start(opts.scenario, opts.data_dir / "sim", speed=opts.speed, nodes=opts.nodes)
+    # The central localizes on the topology it knows: hand it the simulated fabric's, as a
+    # discovery job (ibnetdiscover, LLDP) would for a real one.
+    upload_topology(demo.url, to_doc(demo.sim.cluster.sim.fabric.topology))
     for node in demo.sim.nodes:
         demo.start_agent(node, demo.sim.sysfs_root(node), demo.sim.agent_config(node))
     return list(demo.sim.nodes)

@@ -19,6 +19,7 @@ Sources of the driver names (kernel tree, ``ethtool -S`` string tables):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -169,6 +170,9 @@ _QUEUE_STATS = re.compile(
 )
 
 
+# A NIC has a few hundred statistic names and they do not change between scrapes: memoize the ~60
+# regex rules per name (bounded: a driver inventing names cannot grow it past maxsize).
+@functools.lru_cache(maxsize=16384)
 def neutral(raw: str) -> Neutral | None:
     """The neutral name for a raw driver statistic, or None when fabricd has none."""
     for rule in _RULES:
@@ -178,6 +182,7 @@ def neutral(raw: str) -> Neutral | None:
     return None
 
 
+@functools.lru_cache(maxsize=16384)
 def is_queue_stat(raw: str) -> bool:
     return _QUEUE_STATS.fullmatch(raw) is not None
 

@@ -209,6 +209,31 @@ def from_yaml(path: Path) -> Topology:
     return _explicit(doc, layer)
 
 
+def to_doc(topo: Topology) -> dict[str, Any]:
+    """The REST API's topology document (``PUT /api/v1/topology``): elements and links."""
+    elements: list[dict[str, Any]] = [
+        {"id": sw.id, "type": "switch", "tier": sw.tier, "guid": sw.guid} for sw in topo.switches.values()
+    ]
+    elements += [{"id": h.id, "type": "hca_port", "node": h.node, "device": h.device, "port": h.port,
+                  "guid": h.guid, "link_layer": topo.link_layer} for h in topo.hca_ports.values()]  # fmt: skip
+    links = [{"a": link.a, "b": link.b} for link in topo.links.values()]
+    return {"elements": elements, "links": links}
+
+
+def from_doc(doc: dict[str, Any]) -> Topology:
+    """Inverse of ``to_doc``; raises ValueError naming a link with an unknown end."""
+    elements = doc.get("elements", [])
+    layers = {str(e.get("link_layer")) for e in elements if e.get("type") == "hca_port" and e.get("link_layer")}
+    explicit = {
+        "switches": [e for e in elements if e.get("type") == "switch"],
+        "nodes": [{"id": node, "hcas": [str(e["device"]) for e in elements
+                                        if e.get("type") == "hca_port" and e.get("node") == node]}
+                  for node in dict.fromkeys(str(e["node"]) for e in elements if e.get("type") == "hca_port")],
+        "links": doc.get("links", []),
+    }  # fmt: skip
+    return _explicit(explicit, layers.pop() if len(layers) == 1 else "infiniband")
+
+
 def _explicit(doc: dict[str, Any], layer: str) -> Topology:
     topo = Topology(link_layer=layer)
     for sw in doc.get("switches", []):

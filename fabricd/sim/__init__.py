@@ -1,0 +1,1 @@
+"""The fabric simulator: scenarios, counter model, writers, live mode (docs/simulator.md)."""

@@ -1,0 +1,117 @@
+"""A simulated cluster on disk: the model plus one folder of host files per node.
+
+Used by ``fabricd sim`` / ``fabricd.sim.live`` (advanced on the wall clock) and by ``fabricd eval``
+(advanced in event time). Folder layout::
+
+    <out>/truth.json                  ground truth (never read by detectors)
+    <out>/scenario.json               the scenario as run
+    <out>/nodes/<node>/sys/...        sysfs tree (collector ``infiniband``, sysfs_root)
+    <out>/nodes/<node>/ethtool/...    ethtool -S text (collector ``ethtool``, stats_dir; RoCE only)
+    <out>/nodes/<node>/nccl/next.txt  output of the node's next NCCL-tests run (live mode)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabricd.sim import nccl as nccl_mod
+from fabricd.sim.model import Simulation, simulate
+from fabricd.sim.scenario import Scenario
+from fabricd.sim.truth import Truth, truths
+from fabricd.sim.writers import NodeWriter, rate_text, write_in_place
+
+
+@dataclass
+class SimCluster:
+    scenario: Scenario
+    out: Path
+    epoch: float  # event time of scenario time 0
+    sim: Simulation
+    writers: dict[str, NodeWriter] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> list[str]:
+        return self.sim.fabric.nodes
+
+    def node_dir(self, node: str) -> Path:
+        return self.out / "nodes" / node
+
+    def sysfs_root(self, node: str) -> Path:
+        return self.writers[node].sysfs_root
+
+    def ethtool_dir(self, node: str) -> Path:
+        return self.writers[node].ethtool_dir
+
+    def nccl_file(self, node: str) -> Path:
+        return self.node_dir(node) / "nccl" / "next.txt"
+
+    def truths(self) -> list[Truth]:
+        return truths(self.sim.fabric, self.epoch)
+
+    def write_all(self) -> None:
+        for node in self.nodes:
+            ports = [self.sim.ports[p] for p in self.sim.fabric.ports_of[node]]
+            self.writers[node].write(ports)
+
+    def advance_to(self, t: float) -> None:
+        """Scenario time ``t``: model step, then every node's files."""
+        self.sim.advance(t)
+        self.write_all()
+
+    def nccl_output(self, node: str, t: float) -> str:
+        return nccl_mod.run_output(self.sim, node, t)
+
+    def write_nccl(self, t: float) -> None:
+        """Live mode: the stand-in command prints this file (the run starting now)."""
+        for node in self.nodes:
+            path = self.nccl_file(node)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_in_place(path, self.nccl_output(node, t).encode())
+
+    def write_truth(self) -> Path:
+        path = self.out / "truth.json"
+        doc = {"scenario": self.scenario.name, "epoch": self.epoch, "interval": self.scenario.interval,
+               "faults": [t.to_json() for t in self.truths()]}  # fmt: skip
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        (self.out / "scenario.json").write_text(self.scenario.model_dump_json(indent=2) + "\n")
+        return path
+
+    def standin_command(self, node: str) -> list[str]:
+        """The NCCL-tests stand-in: prints the node's current run in the real output format."""
+        return [sys.executable, "-m", "fabricd.sim.standin", "all_reduce_perf", str(self.nccl_file(node))]
+
+    def collectors_config(
+        self, node: str, probe_ports: dict[tuple[str, str], int] | None = None, speed: float = 1.0
+    ) -> dict[str, Any]:
+        """The ``collectors:`` section of this node's agent config (intervals in wall seconds)."""
+        cfg: dict[str, Any] = {"infiniband": {}}
+        if self.scenario.topology.link_layer == "roce":
+            cfg["ethtool"] = {"stats_dir": str(self.ethtool_dir(node))}
+        if self.scenario.workload.nccl:
+            cfg["nccl"] = {"command": self.standin_command(node), "interval_seconds": self.scenario.nccl_every / speed,
+                           "timeout_seconds": 60.0}  # fmt: skip
+        peers = [p for p in self.sim.fabric.probes if p.src == node]
+        if peers and probe_ports is not None:
+            cfg["pingmesh"] = {
+                "respond": False,
+                "peers": [{"name": p.dst, "address": "127.0.0.1", "port": probe_ports[(p.src, p.dst)],
+                           "rate_per_second": self.scenario.workload.probe_rate} for p in peers],
+            }  # fmt: skip
+        return cfg
+
+
+def create(scenario: Scenario, out: Path, epoch: float) -> SimCluster:
+    """Lay out every node's files at scenario time 0 and write the ground truth."""
+    out.mkdir(parents=True, exist_ok=True)
+    sim = simulate(scenario)
+    rate = rate_text(scenario.topology.rate_gbps)
+    cluster = SimCluster(scenario, out, epoch, sim)
+    for node in sim.fabric.nodes:
+        cluster.writers[node] = NodeWriter(cluster.node_dir(node), rate)
+    cluster.write_all()
+    cluster.write_truth()
+    return cluster

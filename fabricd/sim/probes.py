@@ -1,0 +1,122 @@
+"""Pingmesh against the path model: UDP responders for real time, a model prober for replays.
+
+Real time (``fabricd sim``, the demo): one UDP responder per probed pair, bound on loopback. The
+agent of ``src`` probes ``dst`` at the port of the (src, dst) responder, so the responder knows the
+path and delays or drops each reply as the path model says *now* (probe packets are real; only the
+network between the hosts is simulated).
+
+Accelerated replay (``fabricd eval``): ``ModelProber`` has the shape of
+``fabricd.probe.ProberProtocol`` as the pingmesh collector reads it (``targets``, ``ledgers`` with
+``expire``/``counts``/``take_rtt``, ``clock_ns``, ``stop_sending``), filled from the model's
+per-interval probe results instead of 10 datagrams per second and peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from fabricd.probe import REQUEST, PeerCounts, RttSummary, Target, decode, reply_to
+from fabricd.sim import faults as faults_mod
+from fabricd.sim.model import ProbeResult, Simulation, probe_interval
+
+
+@dataclass
+class ModelLedger:
+    """Cumulative probe counts of one pair, as the model produced them up to the last advance."""
+
+    sim: Simulation
+    key: tuple[str, str]
+    taken_step: int = -1
+
+    def expire(self, now_ns: int) -> None:
+        del now_ns  # the model's losses are final when the interval closes
+
+    def counts(self) -> PeerCounts:
+        sent, lost = self.sim.probe_totals.get(self.key, (0, 0))
+        return PeerCounts(sent, sent - lost, lost, 0, 0, 0, 0)
+
+    def take_rtt(self) -> RttSummary | None:
+        result = self.sim.probe_last.get(self.key)
+        if result is None or result.rtt is None or self.taken_step == self.sim.step_index:
+            return None
+        self.taken_step = self.sim.step_index
+        return RttSummary(result.sent - result.lost, *result.rtt)
+
+
+@dataclass
+class ModelProber:
+    sim: Simulation
+    node: str
+    targets: dict[int, Target] = field(default_factory=dict)
+    ledgers: dict[int, ModelLedger] = field(default_factory=dict)
+    clock_ns: Callable[[], int] = lambda: 0
+
+    def stop_sending(self) -> None:
+        return None
+
+
+def model_prober(sim: Simulation, node: str, targets: list[Target], clock_ns: Callable[[], int]) -> ModelProber:
+    prober = ModelProber(sim, node, clock_ns=clock_ns)
+    for session, target in enumerate(targets):
+        prober.targets[session] = target
+        prober.ledgers[session] = ModelLedger(sim, (node, target.name))
+    return prober
+
+
+# --- real time ----------------------------------------------------------------------------------
+
+
+class PathResponder(asyncio.DatagramProtocol):
+    """Answers probes of one (src, dst) pair after the path model's RTT, or drops them."""
+
+    def __init__(self, sim: Simulation, pair_index: int, rng: random.Random) -> None:
+        self.sim = sim
+        self.pair = sim.fabric.probes[pair_index]
+        self.rng = rng
+        self.transport: asyncio.DatagramTransport | None = None
+        self.answered = 0
+        self.dropped = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Python 3.11's _SelectorDatagramTransport does not subclass DatagramTransport: no isinstance.
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        probe = decode(data)
+        if probe is None or probe.kind != REQUEST or self.transport is None:
+            return
+        result = self._now()
+        if result.rtt is None or self.rng.random() < result.lost / max(1, result.sent):
+            self.dropped += 1
+            return
+        delay = max(0.0, result.rtt[1] * math.exp(self.rng.gauss(0.0, 0.3)))
+        asyncio.get_running_loop().call_later(delay, self._send, reply_to(probe), addr)
+
+    def _now(self) -> ProbeResult:
+        cond: faults_mod.Conditions = self.sim.last
+        return probe_interval(self.pair, cond, 1.0, 100.0, self.rng, self.sim.fabric)
+
+    def _send(self, data: bytes, addr: Any) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.sendto(data, addr)
+            self.answered += 1
+
+
+async def start_responders(sim: Simulation, host: str = "127.0.0.1") -> dict[tuple[str, str], tuple[Any, int]]:
+    """One responder per probed pair on an ephemeral port: (src, dst) -> (transport, port)."""
+    loop = asyncio.get_running_loop()
+    out: dict[tuple[str, str], tuple[Any, int]] = {}
+    for i, pair in enumerate(sim.fabric.probes):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((host, 0))
+        sock.setblocking(False)
+        rng = random.Random(sim.scenario.seed * 7919 + i)
+        transport, _ = await loop.create_datagram_endpoint(lambda i=i, rng=rng: PathResponder(sim, i, rng), sock=sock)  # type: ignore[misc]
+        out[(pair.src, pair.dst)] = (transport, sock.getsockname()[1])
+    return out
