@@ -162,7 +162,10 @@ def parse_size(text: str) -> int:
 
 def parse_rate(text: str) -> float:
     """``400G``/``400Gb/s``/``400 Gb/sec (4X NDR)`` -> bytes/s (Gb/s × 125,000,000, as sysfs rate)."""
-    head = text.strip().split()[0].upper()
+    parts = text.strip().split()
+    if not parts:
+        raise ValueError("empty link rate: use e.g. 400G or '400 Gb/sec (4X NDR)'")
+    head = parts[0].upper()
     head = head.removesuffix("/S").removesuffix("/SEC").removesuffix("B").removesuffix("G")
     try:
         return float(head) * GBIT

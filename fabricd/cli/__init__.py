@@ -21,6 +21,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabricd.cli.collect",
     "fabricd.cli.demo",
     "fabricd.cli.model",
+    "fabricd.hooks.cli",
+    "fabricd.cli.oncall",
+    "fabricd.cli.report",
+    "fabricd.cli.token",
+    "fabricd.cli.sim",
 )
 
 EPILOG = """\

@@ -1,0 +1,219 @@
+"""Render ``ReportData`` to one self-contained HTML page (PNG plots inlined as base64) and the PNGs.
+
+Pure: data in, ``Report`` out; writing files is ``write_report``. Every value from the fleet is
+HTML-escaped (node names, summaries and notes come from agents and engineers). A section without
+data says so in words rather than showing an empty plot.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from fabricd.perfmodel import GBIT
+from fabricd.report.data import HotPort, ReportData
+from fabricd.report.plots import Plot, nccl_plot, pingmesh_plot, port_plot
+from fabricd.timeparse import iso
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;
+font-size:.9em}th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+img{max-width:100%;border:1px solid #eee}p.empty{color:#777;font-style:italic}.sev-critical{color:#b00}
+.sev-warning{color:#b60}p.note{color:#555;font-size:.9em}
+"""
+
+
+@dataclass
+class Report:
+    html: str
+    plots: list[Plot] = field(default_factory=list)
+
+    def plot(self, name: str) -> Plot:
+        for p in self.plots:
+            if p.name == name:
+                return p
+        raise KeyError(f"no plot {name!r}; plots: {', '.join(p.name for p in self.plots)}")
+
+
+def render(data: ReportData) -> Report:
+    plots: list[Plot] = []
+    w = data.window
+    body = [
+        f"<h1>{escape(data.title)}</h1>",
+        _p(f"Window {iso(w.start)} – {iso(w.end)} (UTC); generated {iso(data.generated_ts)} by fabricd."),
+        *_incidents(data),
+        *_ports(data, plots),
+        *_pingmesh(data, plots),
+        *_nccl(data, plots),
+        *_hot_ports(data),
+        *[f'<p class="note">Note: {escape(n)}</p>' for n in dict.fromkeys(data.notes)],
+    ]
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(data.title)}</title><style>{CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+    return Report(page, plots)
+
+
+def write_report(report: Report, out_dir: Path, png_only: bool = False) -> list[Path]:
+    """Write ``report.html`` (unless ``png_only``) and one PNG per plot into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for p in report.plots:
+        path = out_dir / f"{p.name}.png"
+        path.write_bytes(p.png)
+        written.append(path)
+    if not png_only:
+        path = out_dir / "report.html"
+        path.write_text(report.html, encoding="utf-8")
+        written.insert(0, path)
+    return written
+
+
+# --- sections ---------------------------------------------------------------------------------------
+
+
+def _p(text: str) -> str:
+    return f"<p>{escape(text)}</p>"
+
+
+def _empty(text: str) -> str:
+    return f'<p class="empty">{escape(text)}</p>'
+
+
+def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(
+            f'<td class="num">{escape(str(v))}</td>' if i in numeric else f"<td>{escape(str(v))}</td>"
+            for i, v in enumerate(row)
+        ) + "</tr>"
+        for row in rows
+    )  # fmt: skip
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(plot: Plot) -> str:
+    b64 = base64.b64encode(plot.png).decode("ascii")
+    return f'<p><img alt="{escape(plot.title)}" src="data:image/png;base64,{b64}"></p>'
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _incidents(data: ReportData) -> list[str]:
+    out = ["<h2>Incidents</h2>"]
+    if not data.incidents:
+        return [*out, _empty("No incident was open in this window.")]
+    for inc in data.incidents:
+        out += _incident(inc)
+    return out
+
+
+def _incident(inc: dict[str, Any]) -> list[str]:
+    sev = escape(inc["severity"])
+    out = [
+        f'<h3>#{inc["id"]} {escape(inc["kind"])} at {escape(inc["element"])} '
+        f'<span class="sev-{sev}">{sev}</span> ({escape(inc["state"])})</h3>',
+        _p(inc["summary"]),
+        _table(["id", "kind", "severity", "state", "element", "started", "updated", "resolved", "acked by"],
+               [[inc["id"], inc["kind"], inc["severity"], inc["state"], inc["element"], iso(inc["started_ts"]),
+                 iso(inc["updated_ts"]), iso(inc.get("resolved_ts")), inc.get("acked_by") or "-"]]),
+    ]  # fmt: skip
+    cands = [[c["element"], f"{c['score']:.3f}"] for c in inc.get("candidates", [])]
+    out += ["<h4>Localization candidates</h4>",
+            _table(["element", "score"], cands, [1]) if cands else _empty("No localization candidates.")]  # fmt: skip
+    ev = [[e["signal"], e["node"], e["device"], e["port"] or "-", _num(e["value"]), _num(e["threshold"]),
+           iso(e["ts"]), e.get("note", "")] for e in inc.get("evidence", [])]  # fmt: skip
+    out += ["<h4>Evidence</h4>",
+            _table(["signal", "node", "device", "port", "value", "threshold", "at", "note"], ev, [4, 5])
+            if ev else _empty("No evidence recorded.")]  # fmt: skip
+    tl = [[iso(t["ts"]), t["what"], t.get("by", "")] for t in inc.get("timeline", [])]
+    out += ["<h4>Timeline</h4>", _table(["at (UTC)", "what", "by"], tl) if tl else _empty("No timeline entries.")]
+    return out
+
+
+def _ports(data: ReportData, plots: list[Plot]) -> list[str]:
+    out = ["<h2>Implicated ports</h2>"]
+    if not data.ports:
+        why = ("No incident in this window." if not data.incidents else
+               "The evidence names no port with stored throughput series in this window (pair or node signals "
+               "are in the pingmesh and NCCL sections).")  # fmt: skip
+        return [*out, _empty(why)]
+    out.append(_p("Receive and transmit rates as stored (GET /api/v1/series); the incident is shaded."))
+    for panel in data.ports:
+        plot = port_plot(panel, data.window, data.shades)
+        plots.append(plot)
+        out += [f"<h3>{escape(panel.label)}</h3>", _img(plot)]
+        if panel.missing:
+            out.append(_empty(f"No stored series for {', '.join(panel.missing)} (nor the counters it is computed from)."))
+    return out
+
+
+def _pingmesh(data: ReportData, plots: list[Plot]) -> list[str]:
+    out = ["<h2>Pingmesh</h2>"]
+    if not data.pingmesh:
+        return [*out, _empty("No pingmesh results in this window.")]
+    plot = pingmesh_plot(data.pingmesh, data.query.fabric.nodes_per_leaf)
+    plots.append(plot)
+    worst = sorted(data.pingmesh, key=lambda c: (-(c.loss_ratio or 0.0), -(c.p99_seconds or 0.0)))[:5]
+    rows = [[c.src, c.dst, _num(None if c.p99_seconds is None else c.p99_seconds * 1e6),
+             "-" if c.loss_ratio is None else f"{c.loss_ratio:.3%}"] for c in worst]  # fmt: skip
+    return [*out, _p(f"{len(data.pingmesh)} probed pairs; rows and columns ordered by leaf (lines mark leaf "
+                     f"boundaries, {data.query.fabric.nodes_per_leaf} nodes per leaf)."),
+            _img(plot), "<h4>Worst pairs (by loss, then p99)</h4>", _table(["source", "destination", "p99 (us)", "loss"], rows,
+                                                             [2, 3])]  # fmt: skip
+
+
+def _model_label(data: ReportData) -> str:
+    f, q = data.query.fabric, data.query
+    return (f"{q.nccl_nodes} nodes × {f.gpus_per_node} GPUs, {f.hcas_per_node} × {f.link_rate_bytes_per_second / GBIT:g} "
+            f"Gb/s per node, efficiency {f.efficiency:g}")  # fmt: skip
+
+
+def _nccl(data: ReportData, plots: list[Plot]) -> list[str]:
+    out = ["<h2>NCCL tests against the model</h2>"]
+    if not data.nccl:
+        return [*out, _empty("No NCCL-tests results in this window.")]
+    label = _model_label(data)
+    out.append(_p(f"Model: fabricd model (docs/model.md) for {label}. Efficiency = measured median ÷ predicted."))
+    from fabricd.report.gather import median_busbw
+
+    for curve in data.nccl:
+        plot = nccl_plot(curve, label)
+        plots.append(plot)
+        rows = [[s, len(m), f"{med / 1e9:.2f}", f"{p / 1e9:.2f}", f"{med / p:.2f}" if p > 0 else "-"]
+                for s, m, med, p in zip(curve.sizes, curve.measured, median_busbw(curve), curve.predicted,
+                                        strict=True)]  # fmt: skip
+        out += [f"<h3>{escape(curve.op)}</h3>", _img(plot),
+                _table(["size (bytes)", "runs", "measured busbw (GB/s)", "model busbw (GB/s)", "efficiency"], rows,
+                       [0, 1, 2, 3, 4])]  # fmt: skip
+    return out
+
+
+def _hot_ports(data: ReportData) -> list[str]:
+    out = [f"<h2>Hottest ports (top {data.query.top})</h2>"]
+    if not data.hot_ports:
+        return [*out, _empty("No port throughput in this window.")]
+    rows = [_hot_row(h) for h in data.hot_ports]
+    cols = ["node", "device", "port", "rx (Gb/s)", "tx (Gb/s)", "link (Gb/s)", "utilization", "paused",
+            "xmit wait (ticks/s)"]  # fmt: skip
+    return [*out, _p("Means over the window, ranked by max(rx, tx)."), _table(cols, rows, [3, 4, 5, 6, 7, 8])]
+
+
+def _hot_row(h: HotPort) -> list[str]:
+    def gbps(v: float | None) -> str:
+        return "-" if v is None else f"{v / GBIT:.2f}"
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1%}"
+
+    return [h.node, h.device, h.port or "-", gbps(h.rx_bytes_per_second), gbps(h.tx_bytes_per_second),
+            gbps(h.link_bytes_per_second), pct(h.utilization), pct(h.pause_fraction),
+            _num(h.xmit_wait_per_second)]  # fmt: skip
