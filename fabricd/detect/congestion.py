@@ -1,0 +1,41 @@
+"""Congestion: ECN marks and CNPs (RoCE), XmitWait (InfiniBand), qdisc backlog and shaping (Linux),
+localized by the pairs whose RTT went up.
+
+A busy link is not a congested one: utilization alone never fires (it is kept as context in the
+evidence). The signals that fire are the ones a congested queue produces: packets marked CE at the
+receivers behind it (``ecn_marked_fraction``, ``cnp_sent_rate``), senders throttled
+(``cnp_handled_rate``), credit starvation (``xmit_wait_fraction``), a standing qdisc backlog.
+
+Receivers' ECN marks and CNPs say a flow into them crossed a congested queue, not which one; the
+pairs whose p99 RTT rose above their baseline say which links; ``cluster_network`` folds the
+receivers' port symptoms into the fabric-level element the pairs point at, and blames a host link
+when only its own port shows the marks (an incast onto one receiver).
+
+Without pair evidence and with marks on several ports, the congested queue is in the fabric: every
+marked flow has one end behind the leaf that holds it, so that leaf carries the largest share of the
+CNPs (sent by its receivers, handled by its senders) and is blamed, its uplinks as candidates (which
+uplink needs paths: docs/detection.md, blind spots).
+"""
+
+from __future__ import annotations
+
+from fabricd.detect.base import EvalContext, Evidence3, by_leaf, cluster_network, spread
+from fabricd.detect.incidents import Proposal
+from fabricd.model import IncidentKind
+
+STRONG = frozenset({"ecn_marked_fraction", "cnp_sent_rate", "qdisc_backlog_bytes", "qdisc_overlimit_rate"})
+WEAK = frozenset({"cnp_handled_rate", "xmit_wait_fraction"})
+
+
+def propose(ctx: EvalContext) -> list[Proposal]:
+    found = ctx.of([IncidentKind.CONGESTION])
+    if not found:
+        return []
+    # Pairs with RTT outliers are congestion evidence only while congestion counters fire somewhere.
+    pairs = ctx.signal("rtt_p99_outlier")
+    ev = Evidence3(pairs, [f for f in found if f.signal in STRONG], [f for f in found if f.signal in WEAK])
+    if not pairs and spread(ctx, ev.strong):
+        return by_leaf(ctx, IncidentKind.CONGESTION, found, "(or one of its uplinks) is congested")
+    return cluster_network(ctx, IncidentKind.CONGESTION, ev, "is congested", absorb_strong=True)
+
+

@@ -1,0 +1,157 @@
+"""Incident lifecycle in event time: open, update, resolve after a quiet period, reopen, flap damping.
+
+One incident per root cause: proposals from the detectors are keyed ``kind:element`` and merged
+into the incident with that key, whatever the number of symptoms behind them.
+
+* **open**: a proposal whose key has no incident (or only one resolved longer ago than the reopen
+  window, which starts a new occurrence);
+* **update**: new evidence (a signal or place not seen before), more affected nodes or pairs, or a
+  severity change; a proposal that only repeats what is known changes nothing visible;
+* **resolve**: no proposal for ``quiet`` seconds of event time;
+* **reopen**: a proposal within ``reopen_window`` of the resolution reopens the same incident;
+* **flap damping**: an incident reopened ``flap_count`` times within ``flap_window`` is flapping: it
+  is held open for ``flap_hold`` after its last proposal instead of resolving and reopening again,
+  so an engineer sees one flapping incident, not a stream of open/resolve notifications.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from fabricd.detect.rules import Lifecycle
+from fabricd.model import Candidate, Evidence, Incident, IncidentKind, IncidentState, Severity
+
+MAX_EVIDENCE = 32
+MAX_AFFECTED = 512
+_SEVERITY_ORDER = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+@dataclass(slots=True)
+class Proposal:
+    """What a detector concluded at one evaluation: one root cause and its symptoms."""
+
+    kind: IncidentKind
+    element: str
+    candidates: list[Candidate]
+    affected: list[str]
+    evidence: list[Evidence]
+    severity: Severity
+    started_ts: float
+    summary: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind.value}:{self.element}"
+
+
+@dataclass(slots=True)
+class _Entry:
+    incident: Incident
+    last_active: float
+    reopens: deque[float] = field(default_factory=deque)
+    flapping: bool = False
+
+
+def max_severity(severities: list[Severity]) -> Severity:
+    return max(severities, key=_SEVERITY_ORDER.__getitem__, default=Severity.WARNING)
+
+
+class IncidentBook:
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self.lc = lifecycle
+        self._entries: dict[str, _Entry] = {}
+
+    def apply(self, proposals: list[Proposal], now: float) -> list[Incident]:
+        """Merge this evaluation's proposals; returns the incidents whose state changed."""
+        changed: dict[str, Incident] = {}
+        for p in proposals:
+            inc = self._merge(p, now)
+            if inc is not None:
+                changed[inc.key] = inc
+        return list(changed.values())
+
+    def resolve_quiet(self, now: float) -> list[Incident]:
+        out = []
+        for e in self._entries.values():
+            inc = e.incident
+            hold = self.lc.flap_hold_seconds if e.flapping else self.lc.quiet_seconds
+            if inc.state is not IncidentState.RESOLVED and now - e.last_active > hold:
+                inc.state = IncidentState.RESOLVED
+                inc.resolved_ts = e.last_active
+                inc.updated_ts = now
+                inc.timeline.append((now, f"resolved: quiet since {e.last_active:.0f}"))
+                out.append(inc)
+        return out
+
+    def open(self) -> list[Incident]:
+        return [e.incident for e in self._entries.values() if e.incident.state is not IncidentState.RESOLVED]
+
+    def all(self) -> list[Incident]:
+        return [e.incident for e in self._entries.values()]
+
+    def is_open(self, key: str) -> bool:
+        e = self._entries.get(key)
+        return e is not None and e.incident.state is not IncidentState.RESOLVED
+
+    # --- merging -------------------------------------------------------------------------------
+
+    def _merge(self, p: Proposal, now: float) -> Incident | None:
+        e = self._entries.get(p.key)
+        if e is None or (e.incident.state is IncidentState.RESOLVED and self._expired(e, now)):
+            self._entries[p.key] = _Entry(self._new(p, now), now)
+            return self._entries[p.key].incident
+        e.last_active = now
+        if e.incident.state is IncidentState.RESOLVED:
+            self._reopen(e, now)
+            self._update(e.incident, p, now)
+            return e.incident
+        return e.incident if self._update(e.incident, p, now) else None
+
+    def _expired(self, e: _Entry, now: float) -> bool:
+        resolved = e.incident.resolved_ts if e.incident.resolved_ts is not None else now
+        return now - resolved > self.lc.reopen_seconds
+
+    @staticmethod
+    def _new(p: Proposal, now: float) -> Incident:
+        return Incident(
+            key=p.key, kind=p.kind, severity=p.severity, state=IncidentState.OPEN, element=p.element,
+            summary=p.summary, started_ts=p.started_ts, updated_ts=now, candidates=list(p.candidates),
+            affected=sorted(p.affected)[:MAX_AFFECTED], evidence=list(p.evidence[:MAX_EVIDENCE]),
+            timeline=[(p.started_ts, "first symptom"), (now, f"opened: {p.summary}")],
+        )  # fmt: skip
+
+    def _reopen(self, e: _Entry, now: float) -> None:
+        inc = e.incident
+        inc.state = IncidentState.OPEN
+        inc.resolved_ts = None
+        e.reopens.append(now)
+        while e.reopens and now - e.reopens[0] > self.lc.flap_window_seconds:
+            e.reopens.popleft()
+        note = "reopened"
+        if not e.flapping and len(e.reopens) >= self.lc.flap_count:
+            e.flapping = True
+            note = f"reopened {len(e.reopens)} times in {self.lc.flap_window_seconds:.0f}s: flapping, held open"
+        inc.timeline.append((now, note))
+
+    @staticmethod
+    def _update(inc: Incident, p: Proposal, now: float) -> bool:
+        changed = False
+        if p.severity != inc.severity:
+            inc.timeline.append((now, f"severity {inc.severity.value} -> {p.severity.value}"))
+            inc.severity = p.severity
+            changed = True
+        known = {(ev.signal, ev.node, ev.device, ev.port, ev.labels) for ev in inc.evidence}
+        fresh = [ev for ev in p.evidence if (ev.signal, ev.node, ev.device, ev.port, ev.labels) not in known]
+        if fresh and len(inc.evidence) < MAX_EVIDENCE:
+            inc.evidence.extend(fresh[: MAX_EVIDENCE - len(inc.evidence)])
+            changed = True
+        grown = set(p.affected) - set(inc.affected)
+        if grown and len(inc.affected) < MAX_AFFECTED:
+            inc.affected = sorted(set(inc.affected) | grown)[:MAX_AFFECTED]
+            changed = True
+        inc.candidates = list(p.candidates)
+        if changed:
+            inc.summary = p.summary
+            inc.updated_ts = now
+        return changed

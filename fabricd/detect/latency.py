@@ -1,0 +1,176 @@
+"""Tail latency: robust baselines for pingmesh p99 RTT and NCCL-tests times, and stragglers.
+
+Baselines (median and MAD, robust to the very outliers they must expose):
+
+* per series (a probe pair, a node's op and message size): the median and MAD of the last
+  ``history`` values that were not themselves outliers (a fault does not become the new normal);
+* across the fleet: the median and MAD of the latest value of every series of the same group
+  (all probe pairs; all nodes for one op and size), so a fault present from the first scrape,
+  before any series has history, is still an outlier against its peers.
+
+The score is ``(value - median) / scale`` with ``scale = max(1.4826 x MAD, rel_floor x median,
+abs_floor)``: 1.4826 x MAD estimates one standard deviation for normal noise, and the floors
+stop a perfectly flat baseline (a simulator, an idle link) from turning a 1 % wiggle into a huge
+score. The series score is used once the series has ``min_history`` values, the fleet score
+before that; the fleet score is also required for NCCL (a collective is slow for everyone in it).
+
+Straggler: a node whose NCCL times are outliers against the fleet while none of its ports has a
+network finding is a node problem (a slow GPU, a throttled host), reported as ``straggler`` with
+the node as the element (``engine`` checks the "network counters clean" part).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+
+from fabricd.detect.base import EvalContext, Evidence3, cluster_network, proposal
+from fabricd.detect.findings import Finding
+from fabricd.detect.incidents import Proposal
+from fabricd.model import Candidate, IncidentKind
+
+MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal data
+MAX_STRAGGLERS = 2  # more nodes slow at once than this: a shared (network) cause
+NETWORK_HOLD_SECONDS = 0.0  # while a network fault is reported, a straggler must stay slow this long
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineParams:
+    history: int = 30  # values kept per series
+    min_history: int = 6  # values before the series' own baseline is trusted
+    refresh_every: int = 5  # recompute a series' median/MAD every this many accepted values
+    rel_floor: float = 0.1  # scale >= 10 % of the median
+    abs_floor: float = 0.0  # scale >= this, in the signal's unit
+    exclude_above: float = 3.0  # values scoring above this do not enter the baseline
+
+
+@dataclass(slots=True)
+class _Series:
+    values: deque[float]
+    med: float = 0.0
+    scale: float = 0.0
+    since_refresh: int = 0
+    ready: bool = False
+
+
+@dataclass(slots=True)
+class _Fleet:
+    latest: dict[tuple[str, ...], float] = field(default_factory=dict)
+    med: float = 0.0
+    scale: float = 0.0
+    ts: float = float("-inf")  # event time the fleet statistics were computed at
+
+
+class Baselines:
+    """Scores values of many series against their own history and against their group's fleet."""
+
+    def __init__(self, params: BaselineParams, round_seconds: float = 0.5) -> None:
+        self.p = params
+        self.round = round_seconds  # fleet statistics are recomputed at most once per scrape round
+        self._series: dict[tuple[str, ...], _Series] = {}
+        self._fleets: dict[tuple[str, ...], _Fleet] = {}
+
+    def score(self, group: tuple[str, ...], key: tuple[str, ...], ts: float, value: float) -> tuple[float, float]:
+        """(series score, fleet score) of ``value``; the series score is the fleet's until it has history."""
+        fleet = self._fleet(group, ts)
+        fleet.latest[key] = value
+        fleet_score = self._z(value, fleet.med, fleet.scale) if len(fleet.latest) >= 3 else 0.0
+        s = self._series.get(key)
+        if s is None:
+            s = self._series[key] = _Series(deque(maxlen=self.p.history))
+        own = self._z(value, s.med, s.scale) if s.ready else fleet_score
+        if own <= self.p.exclude_above:
+            self._accept(s, value)
+        return own, fleet_score
+
+    def _accept(self, s: _Series, value: float) -> None:
+        s.values.append(value)
+        s.since_refresh += 1
+        if len(s.values) >= self.p.min_history and (not s.ready or s.since_refresh >= self.p.refresh_every):
+            s.med, s.scale = self._stats(list(s.values))
+            s.since_refresh = 0
+            s.ready = True
+
+    def _fleet(self, group: tuple[str, ...], ts: float) -> _Fleet:
+        fleet = self._fleets.get(group)
+        if fleet is None:
+            fleet = self._fleets[group] = _Fleet()
+        if ts - fleet.ts > self.round and len(fleet.latest) >= 3:
+            fleet.med, fleet.scale = self._stats(list(fleet.latest.values()))
+            fleet.ts = ts
+        return fleet
+
+    def _stats(self, values: list[float]) -> tuple[float, float]:
+        med = median(values)
+        mad = median([abs(v - med) for v in values])
+        return med, max(MAD_TO_SIGMA * mad, self.p.rel_floor * abs(med), self.p.abs_floor, 1e-12)
+
+    @staticmethod
+    def _z(value: float, med: float, scale: float) -> float:
+        return (value - med) / scale if scale > 0 else 0.0
+
+    def fleet_median(self, group: tuple[str, ...]) -> float:
+        fleet = self._fleets.get(group)
+        return fleet.med if fleet is not None else 0.0
+
+    def series_median(self, key: tuple[str, ...]) -> float | None:
+        s = self._series.get(key)
+        return s.med if s is not None and s.ready else None
+
+
+# --- proposals ------------------------------------------------------------------------------------
+
+def propose(ctx: EvalContext) -> list[Proposal]:
+    out = _tail(ctx)
+    out.extend(_stragglers(ctx))
+    return out
+
+
+def _tail(ctx: EvalContext) -> list[Proposal]:
+    pairs = ctx.of([IncidentKind.TAIL_LATENCY], ["rtt_p99_outlier"])
+    if not pairs:
+        return []
+    return cluster_network(ctx, IncidentKind.TAIL_LATENCY, Evidence3(pairs, [], []),
+                           "has tail latency above its baseline", absorb_strong=True)  # fmt: skip
+
+
+def _stragglers(ctx: EvalContext) -> list[Proposal]:
+    """A node slow in its collectives with clean network counters is a node problem.
+
+    Two guards keep network victims out (a job is as slow as its slowest link, so a congested or
+    paused link makes every job crossing it slow): when more than ``MAX_STRAGGLERS`` nodes are slow
+    at once the cause is shared (the network), not a node; a node touched by an open network
+    incident is not a straggler; and while a network fault is active a node must stay slow for
+    ``NETWORK_HOLD_SECONDS`` (a victim is slow only while its job crosses the fault, and NCCL jobs
+    move on; a straggler is slow in every job it joins).
+    """
+    slow = ctx.of([IncidentKind.STRAGGLER], ["nccl_time_outlier"])
+    ctx.claim(slow)
+    by_node: dict[str, list[Finding]] = {}
+    for f in slow:
+        by_node.setdefault(f.node, []).append(f)
+    if len(by_node) > ctx.param("straggler_max_nodes", MAX_STRAGGLERS):
+        return []
+    noisy = _nodes_with_network_findings(ctx)
+    network = bool(ctx.blamed)  # a network root cause is being proposed right now
+    out = []
+    for node, found in sorted(by_node.items()):
+        held = ctx.now - min(f.started_ts for f in found)
+        if node in noisy or (network and held < ctx.param("straggler_network_hold", NETWORK_HOLD_SECONDS)):
+            continue
+        p = proposal(IncidentKind.STRAGGLER, node, None, found, "is a straggler (slow collectives, clean network)")
+        p.candidates = [Candidate(node, 1.0)]
+        out.append(p)
+    return out
+
+
+def _nodes_with_network_findings(ctx: EvalContext) -> set[str]:
+    out: set[str] = set()
+    for f in ctx.findings:
+        if f.rule.kind in (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY):
+            continue
+        out.add(f.node)
+    for element in ctx.blamed:
+        out.add(element.split("/", 1)[0])
+    return out | ctx.network_nodes

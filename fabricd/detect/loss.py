@@ -1,0 +1,63 @@
+"""Packet loss and link flaps.
+
+* **link_flap**: a port seen going down (``link_downed``, ``link_down_events``, netlink
+  ``carrier_changes``, or the IB ``state`` leaving ACTIVE between scrapes) blames its host link; on a
+  fabric link (whose ends are switches, with no host counters) the flap shows as probe *outages*:
+  pairs losing most of their probes for a few seconds, then recovering. Those pairs are localized
+  through their paths.
+* **packet_loss**: symbol/CRC/receive errors and discards are the port's own (its host link is to
+  blame, "strong"); sequence errors and retransmissions are seen at the ends of flows that crossed a
+  lossy element somewhere ("weak"); sustained probe loss between node pairs localizes it.
+
+Probe loss during a flap is the flap's, not a second (packet_loss) incident.
+"""
+
+from __future__ import annotations
+
+from fabricd.detect.base import EvalContext, Evidence3, by_leaf, cluster_network, spread
+from fabricd.detect.incidents import Proposal
+from fabricd.model import IncidentKind
+
+STRONG = frozenset({"phy_error_rate", "discard_rate"})
+WEAK = frozenset({"seq_error_rate", "retransmit_rate"})
+
+
+def propose(ctx: EvalContext) -> list[Proposal]:
+    out = _flaps(ctx)
+    out.extend(_loss(ctx))
+    return out
+
+
+def _flaps(ctx: EvalContext) -> list[Proposal]:
+    found = ctx.of([IncidentKind.LINK_FLAP])
+    ports = [f for f in found if f.signal == "link_down_rate"]
+    pairs = [f for f in found if f.signal == "probe_loss_fraction"]
+    out = cluster_network(ctx, IncidentKind.LINK_FLAP, Evidence3(pairs, ports, []), "is flapping",
+                          absorb_strong=False)  # fmt: skip
+    # Between outages the flap incident is still open: its probe loss is still the flap's.
+    _claim_crossing(ctx, [p.element for p in out] + sorted(ctx.open_elements.get(IncidentKind.LINK_FLAP, ())))
+    return out
+
+
+def _loss(ctx: EvalContext) -> list[Proposal]:
+    found = ctx.of([IncidentKind.PACKET_LOSS])
+    ev = Evidence3([f for f in found if f.signal == "probe_loss_fraction"],
+                   [f for f in found if f.signal in STRONG], [f for f in found if f.signal in WEAK])  # fmt: skip
+    if not ev.pairs and not ev.strong and spread(ctx, ev.weak):
+        # Sequence errors at the ends of many flows, no errors on any host port: a fabric link.
+        return by_leaf(ctx, IncidentKind.PACKET_LOSS, ev.weak, "(or one of its uplinks) is dropping packets")
+    return cluster_network(ctx, IncidentKind.PACKET_LOSS, ev, "is dropping packets", absorb_strong=False)
+
+
+def _claim_crossing(ctx: EvalContext, elements: list[str]) -> None:
+    """Probe loss and sequence errors on pairs/ports whose traffic crosses a flapping element."""
+    if not elements:
+        return
+    blamed = set(elements)
+    for f in ctx.signal("probe_loss_fraction", "seq_error_rate", "retransmit_rate", "rtt_p99_outlier"):
+        if f.signal in ("probe_loss_fraction", "rtt_p99_outlier"):
+            alts = ctx.localizer.pair_paths(f.node, f.device)
+            if any(blamed & alt for alt in alts):
+                ctx.claim([f])
+        elif {ctx.hca(f), ctx.localizer.host_link(ctx.hca(f))} & blamed:
+            ctx.claim([f])

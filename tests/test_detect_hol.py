@@ -1,0 +1,74 @@
+"""PFC storms and HOL blocking: the root port is the element, paused hosts are its victims."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from fabricd.detect import DetectionEngine
+from fabricd.detect.series import Cluster, pause, replay
+from fabricd.model import IncidentKind, IncidentState, Sample
+from fabricd.topology import fat_tree
+
+TOPO = fat_tree(16, 2, 4, 2, "roce")
+NODES = sorted(TOPO.nodes)
+LEAF_02 = [n for n in NODES if f"{n}/mlx5_0~leaf-02" in TOPO.links]
+
+
+def engine() -> DetectionEngine:
+    e = DetectionEngine()
+    e.set_topology(TOPO)
+    return e
+
+
+def step(ts: float, c: Cluster) -> int:
+    return int((ts - c.start) // c.interval)
+
+
+def pauses(c: Cluster, table: Mapping[tuple[str, str], tuple[float, float]], first: int = 10,
+           last: int = 30) -> Callable[[float, str], list[Sample]]:
+    """ethtool pause durations per interface (eth0 = mlx5_0, eth1 = mlx5_1): (rx, tx) fractions."""
+
+    def extra(ts: float, node: str) -> list[Sample]:
+        out = []
+        for i in range(2):
+            rx, tx = table.get((node, f"eth{i}"), (0.0, 0.0)) if first <= step(ts, c) < last else (0.0, 0.0)
+            out += [pause(ts, f"eth{i}", "rx", rx), pause(ts, f"eth{i}", "tx", tx)]
+        return out
+
+    return extra
+
+
+def test_pfc_storm_blames_the_storming_port_and_lists_victims() -> None:
+    c = Cluster(NODES, hcas=2)
+    table = {(n, f"eth{i}"): (0.5, 0.0) for n in LEAF_02 for i in range(2)}
+    table[("node-006", "eth1")] = (0.0, 0.97)  # node-006/mlx5_1 keeps pausing its switch
+    changes = replay(engine(), c.rounds(50, extra=pauses(c, table)))
+    opened = [i for i in changes if i.state is IncidentState.OPEN]
+    assert {(i.kind, i.element) for i in opened} == {(IncidentKind.PFC_STORM, "node-006/mlx5_1")}
+    inc = opened[-1]
+    assert set(inc.affected) == set(LEAF_02)
+    assert inc.severity.value == "critical"
+    assert changes[-1].state is IncidentState.RESOLVED
+
+
+def test_hol_root_is_the_congested_receiver_not_its_paused_neighbours() -> None:
+    c = Cluster(NODES, hcas=2)
+    victims = {(n, "eth0"): (0.4, 0.0) for n in LEAF_02 if n != "node-007"}
+    victims.update({("node-013", "eth0"): (0.15, 0.0)})  # pauses spread to a host behind another leaf
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        incast = 10 <= step(ts, c) < 30 and node == "node-007" and hca == "mlx5_0"
+        return {"np_ecn_marked_roce_packets": 0.3 * 0.6 * 50e9 / 4096, "np_cnp_sent": 3e5} if incast else {}
+
+    changes = replay(engine(), c.rounds(50, port=port, extra=pauses(c, victims)))
+    opened = [i for i in changes if i.state is IncidentState.OPEN]
+    assert {(i.kind, i.element) for i in opened} == {(IncidentKind.HOL_BLOCKING, "node-007/mlx5_0")}
+    assert set(opened[-1].affected) == {n for n in LEAF_02 if n != "node-007"} | {"node-013"}
+
+
+def test_pauses_below_for_or_threshold_raise_nothing() -> None:
+    c = Cluster(NODES, hcas=2)
+    short = {(n, "eth0"): (0.6, 0.0) for n in LEAF_02}
+    assert replay(engine(), c.rounds(30, extra=pauses(c, short, 10, 11))) == []  # one scrape
+    light = {(n, "eth0"): (0.04, 0.03) for n in NODES}  # a few percent paused: normal PFC
+    assert replay(engine(), c.rounds(30, extra=pauses(c, light))) == []

@@ -1,0 +1,69 @@
+"""Incident lifecycle: one incident per root cause, auto-resolve, reopen within a window, flap damping."""
+
+from __future__ import annotations
+
+from fabricd.detect.incidents import IncidentBook, Proposal
+from fabricd.detect.rules import Lifecycle
+from fabricd.model import Candidate, Evidence, IncidentKind, IncidentState, Severity
+
+LC = Lifecycle(quiet_seconds=60, reopen_seconds=300, flap_count=3, flap_window_seconds=1800, flap_hold_seconds=600)
+
+
+def prop(ts: float, node: str = "node-001", severity: Severity = Severity.WARNING) -> Proposal:
+    ev = Evidence("ecn_marked_fraction", node, "mlx5_0", "1", 0.12, 0.02, ts)
+    return Proposal(IncidentKind.CONGESTION, "leaf-01~spine-01", [Candidate("leaf-01~spine-01", 0.9)], [node], [ev],
+                    severity, 1000.0, "leaf-01~spine-01 is congested")  # fmt: skip
+
+
+def test_many_symptoms_of_one_root_cause_make_one_incident() -> None:
+    book = IncidentBook(LC)
+    changed = book.apply([prop(1010, "node-001"), prop(1010, "node-002"), prop(1010, "node-003")], 1010)
+    assert len(changed) == 1 and len(book.open()) == 1
+    assert changed[0].affected == ["node-001", "node-002", "node-003"]
+    assert changed[0].key == "congestion:leaf-01~spine-01"
+
+
+def test_repeating_what_is_known_changes_nothing_but_new_evidence_or_severity_does() -> None:
+    book = IncidentBook(LC)
+    book.apply([prop(1010)], 1010)
+    assert book.apply([prop(1020)], 1020) == []
+    (inc,) = book.apply([prop(1030, severity=Severity.CRITICAL)], 1030)
+    assert inc.severity is Severity.CRITICAL and inc.timeline[-1][1] == "severity warning -> critical"
+    (inc,) = book.apply([prop(1040, node="node-009")], 1040)
+    assert "node-009" in inc.affected
+
+
+def test_resolves_after_the_quiet_period_in_event_time() -> None:
+    book = IncidentBook(LC)
+    book.apply([prop(1010)], 1010)
+    assert book.resolve_quiet(1060) == []
+    (inc,) = book.resolve_quiet(1071)
+    assert inc.state is IncidentState.RESOLVED and inc.resolved_ts == 1010
+    assert inc.started_ts == 1000.0
+
+
+def test_recurrence_within_the_window_reopens_the_same_incident_later_starts_a_new_one() -> None:
+    book = IncidentBook(LC)
+    (first,) = book.apply([prop(1010)], 1010)
+    book.resolve_quiet(1100)
+    (again,) = book.apply([prop(1200)], 1200)
+    assert again is first and again.state is IncidentState.OPEN and again.timeline[-1][1] == "reopened"
+    book.resolve_quiet(1300)
+    (fresh,) = book.apply([prop(1700)], 1700)
+    assert fresh is not first and fresh.state is IncidentState.OPEN
+
+
+def test_a_flapping_incident_is_held_open_instead_of_resolving_again() -> None:
+    book = IncidentBook(LC)
+    book.apply([prop(1000)], 1000)
+    now = 1000.0
+    resolutions = 0
+    for _ in range(6):  # symptoms every 150 s, each lasting one evaluation
+        now += 150
+        resolutions += len(book.resolve_quiet(now - 1))
+        book.apply([prop(now)], now)
+    assert resolutions == 3  # after three reopens it is flapping: no more resolve/reopen churn
+    (inc,) = book.open()
+    assert any("flapping" in what for _, what in inc.timeline)
+    assert book.resolve_quiet(now + 300) == []
+    assert len(book.resolve_quiet(now + 601)) == 1

@@ -1,0 +1,90 @@
+"""Tail latency against robust baselines, and stragglers told apart from network trouble."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fabricd.detect import DetectionEngine
+from fabricd.detect.latency import BaselineParams, Baselines
+from fabricd.detect.series import Cluster, path_oracle, replay
+from fabricd.model import IncidentKind, IncidentState
+from fabricd.topology import fat_tree
+
+TOPO = fat_tree(16, 2, 4, 2, "roce")
+NODES = sorted(TOPO.nodes)
+PEERS = {n: [NODES[(i + k) % 16] for k in (1, 4, 8, 12)] for i, n in enumerate(NODES)}
+ORACLE = path_oracle(TOPO, 2)
+
+
+def engine() -> DetectionEngine:
+    e = DetectionEngine()
+    e.set_topology(TOPO, ORACLE)
+    return e
+
+
+def step(ts: float, c: Cluster) -> int:
+    return int((ts - c.start) // c.interval)
+
+
+def test_baseline_is_robust_to_the_outliers_it_must_expose() -> None:
+    b = Baselines(BaselineParams(history=20, min_history=5, refresh_every=1))
+    for i in range(20):
+        b.score(("rtt",), ("a", "b"), float(i), 20e-6 + (i % 3) * 1e-6)
+    spike, _ = b.score(("rtt",), ("a", "b"), 20.0, 200e-6)
+    assert spike > 6
+    for i in range(21, 30):  # a sustained fault does not become the new normal
+        b.score(("rtt",), ("a", "b"), float(i), 200e-6)
+    baseline = b.series_median(("a", "b"))
+    assert baseline is not None and baseline < 25e-6
+
+
+def test_sustained_p99_rise_on_pairs_through_one_node_is_a_tail_latency_incident_with_hysteresis() -> None:
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        k = step(ts, c)
+        if "node-010" in (src, dst) and 12 <= k < 30:
+            # Rises well above baseline, then hovers at 2x (between clear and fire levels) for a while.
+            return (0.0, 300e-6 if k < 20 else 32e-6)
+        return (0.0, 20e-6 + (k % 2) * 1e-6)
+
+    changes = replay(engine(), c.rounds(50, pairs=pairs))
+    opened = [i for i in changes if i.state is IncidentState.OPEN]
+    assert {i.kind for i in opened} == {IncidentKind.TAIL_LATENCY}
+    assert opened[0].element.startswith("node-010")
+    resolved = [i for i in changes if i.state is IncidentState.RESOLVED]
+    assert len(resolved) == 1  # no flapping while the p99 hovers above the clear level
+
+
+def test_single_slow_node_with_clean_counters_is_a_straggler() -> None:
+    c = Cluster(NODES, hcas=2, nccl=True)
+
+    def nccl(ts: float, node: str) -> float:
+        return 0.0175 if node == "node-004" and 10 <= step(ts, c) < 30 else 0.010 * (1 + 0.01 * (step(ts, c) % 3))
+
+    opened = [i for i in replay(engine(), c.rounds(50, nccl=nccl)) if i.state is IncidentState.OPEN]
+    assert [(i.kind, i.element) for i in opened] == [(IncidentKind.STRAGGLER, "node-004")]
+    assert opened[0].candidates[0].element == "node-004"
+
+
+def test_slow_node_with_dirty_counters_is_the_network_not_a_straggler() -> None:
+    c = Cluster(NODES, hcas=2, nccl=True)
+
+    def nccl(ts: float, node: str) -> float:
+        return 0.0175 if node == "node-004" and 10 <= step(ts, c) < 30 else 0.010
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        return {"symbol_error": 3.0} if node == "node-004" and hca == "mlx5_1" and 10 <= step(ts, c) < 30 else {}
+
+    opened = [i for i in replay(engine(), c.rounds(50, port=port, nccl=nccl)) if i.state is IncidentState.OPEN]
+    assert [(i.kind, i.element) for i in opened] == [(IncidentKind.PACKET_LOSS, "node-004/mlx5_1~leaf-01")]
+
+
+def test_many_nodes_slow_at_once_is_not_a_set_of_stragglers() -> None:
+    c = Cluster(NODES, hcas=2, nccl=True)
+    slow = set(NODES[:5])
+
+    def nccl(ts: float, node: str) -> float:
+        return 0.02 if node in slow and 10 <= step(ts, c) < 30 else 0.010
+
+    assert [i for i in replay(engine(), c.rounds(50, nccl=nccl)) if i.kind is IncidentKind.STRAGGLER] == []

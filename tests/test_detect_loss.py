@@ -1,0 +1,95 @@
+"""Packet loss and link flaps: local errors blame their host link, probe loss is localized by paths."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from fabricd.detect import DetectionEngine
+from fabricd.detect.series import Cluster, path_oracle, replay
+from fabricd.model import Incident, IncidentKind, IncidentState, Sample
+from fabricd.topology import fat_tree
+
+SPINES = 2
+TOPO = fat_tree(16, 2, 4, SPINES, "roce")
+NODES = sorted(TOPO.nodes)
+PEERS = {n: [NODES[(i + k) % 16] for k in (1, 4, 8, 12)] for i, n in enumerate(NODES)}
+ORACLE = path_oracle(TOPO, SPINES)
+
+
+def engine() -> DetectionEngine:
+    e = DetectionEngine()
+    e.set_topology(TOPO, ORACLE)
+    return e
+
+
+def step(ts: float, c: Cluster) -> int:
+    return int((ts - c.start) // c.interval)
+
+
+def opened(changes: list[Incident]) -> list[tuple[IncidentKind, str]]:
+    return [(i.kind, i.element) for i in changes if i.state is IncidentState.OPEN and i.timeline[-1][1].startswith("opened")]
+
+
+def test_symbol_errors_blame_the_host_link() -> None:
+    c = Cluster(NODES, hcas=2)
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        hit = 10 <= step(ts, c) < 30 and node == "node-002" and hca == "mlx5_0"
+        return {"symbol_error": 2.5, "port_rcv_errors": 1.0} if hit else {}
+
+    changes = replay(engine(), c.rounds(50, port=port))
+    assert opened(changes) == [(IncidentKind.PACKET_LOSS, "node-002/mlx5_0~leaf-01")]
+    assert changes[-1].state is IncidentState.RESOLVED
+
+
+def test_saturated_error_counter_raises_nothing() -> None:
+    c = Cluster(NODES, hcas=2)
+    # symbol_error stuck at 0xFFFF on one port: rate None every scrape, nothing can be concluded.
+    assert replay(engine(), c.rounds(30, port=lambda ts, n, h: {"symbol_error": None, "link_downed": None})) == []
+
+
+def test_link_down_is_a_flap_of_the_host_link_with_probe_loss_folded_in() -> None:
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    down = {15, 16, 21, 27}  # outages in a few scrapes only
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        return {"link_downed": 0.1} if step(ts, c) in down and node == "node-006" and hca == "mlx5_0" else {}
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        hit = step(ts, c) in down and "node-006" in (src, dst)
+        return (0.5 if hit else 0.0, 20e-6)
+
+    changes = replay(engine(), c.rounds(50, port=port, pairs=pairs))
+    assert opened(changes) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]
+    assert {i.kind for i in changes} == {IncidentKind.LINK_FLAP}
+
+
+def test_ib_port_state_toggle_is_a_flap_even_with_link_downed_saturated() -> None:
+    c = Cluster(NODES, hcas=2)
+    batches = list(c.rounds(30, port=lambda ts, n, h: {"link_downed": None}))  # 8-bit counter stuck at 255
+
+    def down(k: int, node: str, s: Sample) -> Sample:
+        hit = node == "node-011" and s.reading.device == "mlx5_1" and s.reading.counter == "state" and k in (12, 13)
+        return replace(s, reading=replace(s.reading, value=1.0)) if hit else s  # "1: DOWN"
+
+    toggled = [[(n, down(k, n, s)) for n, s in b] for k, b in enumerate(batches)]
+    assert opened(replay(engine(), toggled)) == [(IncidentKind.LINK_FLAP, "node-011/mlx5_1~leaf-03")]
+
+
+def test_probe_loss_on_pairs_crossing_one_fabric_link_blames_that_link() -> None:
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    fault = "leaf-03~spine-02"
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (0.02 if 10 <= step(ts, c) < 30 and fault in ORACLE(src, dst) else 0.0, 20e-6)
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        return {"out_of_sequence": 200.0} if 10 <= step(ts, c) < 30 and node in ("node-009", "node-003") else {}
+
+    changes = replay(engine(), c.rounds(50, port=port, pairs=pairs))
+    assert opened(changes) == [(IncidentKind.PACKET_LOSS, fault)]
+    inc = changes[-1]  # the last version: every pair has been seen by now
+    assert inc.candidates[0].element == fault
+    assert {"node-008|node-009", "node-012|node-013"} <= set(inc.affected)  # the pairs whose probes crossed it
+    assert {"node-009", "node-003"} <= set(inc.affected)  # ends of flows with sequence errors, folded in
