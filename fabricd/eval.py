@@ -70,6 +70,7 @@ class ScenarioResult:
     scrapes: int = 0
     samples: int = 0
     wall_seconds: float = 0.0
+    detect_seconds: float = 0.0  # time inside DetectionEngine.process (the bench's detection rate)
 
     def metrics(self) -> dict[str, Any]:
         return _metrics(self.faults, self.incidents, self.matched_incidents, len(self.false_positives))
@@ -181,10 +182,17 @@ async def _close(nodes: list[Node]) -> None:
                     await result
 
 
-async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = None) -> tuple[
-        list[Truth], dict[str, tuple[float, Incident]], int, int]:  # fmt: skip
-    """Run one scenario; returns the truth, incidents by key (first report ts, last version),
-    the number of scrapes and of samples."""
+@dataclass
+class Replay:
+    truths: list[Truth]
+    seen: dict[str, tuple[float, Incident]]  # incident key -> (first report ts, last version)
+    scrapes: int
+    samples: int
+    detect_seconds: float
+
+
+async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = None) -> Replay:
+    """Run one scenario through the collectors, the rate engine and the detection engine."""
     from fabricd.detect.engine import DetectionEngine
 
     cluster = create(scenario, workdir, EPOCH)
@@ -195,6 +203,7 @@ async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = No
     seen: dict[str, tuple[float, Incident]] = {}
     ticks = int(scenario.duration // scenario.interval)
     samples = 0
+    detect_seconds = 0.0
     try:
         for k in range(ticks + 1):
             t = k * scenario.interval
@@ -202,7 +211,10 @@ async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = No
             clock.now = EPOCH + t
             batch = await _scrape(nodes, clock.now)
             samples += len(batch)
-            for inc in engine.process(batch):
+            started = time.perf_counter()
+            changed = engine.process(batch)
+            detect_seconds += time.perf_counter() - started
+            for inc in changed:
                 first = seen[inc.key][0] if inc.key in seen else clock.now
                 seen[inc.key] = (first, inc)
             await asyncio.sleep(0)  # let started NCCL runs finish before the next scrape
@@ -211,7 +223,7 @@ async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = No
                       f"{len(seen)} incident(s)", file=progress, flush=True)  # fmt: skip
     finally:
         await _close(nodes)
-    return cluster.truths(), seen, ticks + 1, samples
+    return Replay(cluster.truths(), seen, ticks + 1, samples, detect_seconds)
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -263,9 +275,9 @@ def evaluate(scenario: Scenario, progress: TextIO | None = None) -> ScenarioResu
     started = time.perf_counter()
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None  # tmpfs: sysfs-like file costs
     with tempfile.TemporaryDirectory(prefix=f"fabricd-eval-{scenario.name}-", dir=base) as tmp:
-        truths, seen, scrapes, samples = asyncio.run(replay(scenario, Path(tmp), progress))
-    result = score(scenario.name, scenario.interval, truths, seen)
-    result.scrapes, result.samples = scrapes, samples
+        run = asyncio.run(replay(scenario, Path(tmp), progress))
+    result = score(scenario.name, scenario.interval, run.truths, run.seen)
+    result.scrapes, result.samples, result.detect_seconds = run.scrapes, run.samples, run.detect_seconds
     result.wall_seconds = time.perf_counter() - started
     return result
 
@@ -285,7 +297,8 @@ def report(results: Sequence[ScenarioResult]) -> dict[str, Any]:
     out["faults"] = [asdict(f) for f in faults]
     out["scenarios"] = {
         r.name: {**r.metrics(), "incidents": r.incidents, "false_positive_incidents": r.false_positives,
-                 "scrapes": r.scrapes, "samples": r.samples, "wall_seconds": round(r.wall_seconds, 3)}
+                 "scrapes": r.scrapes, "samples": r.samples, "wall_seconds": round(r.wall_seconds, 3),
+                 "detect_seconds": round(r.detect_seconds, 3)}
         for r in results
     }  # fmt: skip
     return out
