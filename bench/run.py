@@ -358,6 +358,25 @@ def bench_ingest(quick: bool) -> list[Row]:
     return rows
 
 
+def bench_transport(quick: bool) -> list[Row]:
+    """The agent's transport pushing to a real local central (bench/transport_bench.py)."""
+    batches, runs = (50, 2) if quick else (200, 3)
+    results = []
+    for _ in range(runs):
+        proc = subprocess.run([PY, str(REPO / "bench" / "transport_bench.py"), "--batches", str(batches),
+                               "--samples", "1000"], capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
+        results.append(json.loads(proc.stdout))
+    note = f"{batches} batches x 1000 samples, msgpack+gzip, central on SQLite"
+    return [
+        _row("transport", "agent -> central batches/s", Stat.of([r["agent"]["batches_per_second"] for r in results]),
+             "batches/s", note),
+        _row("transport", "agent -> central samples/s", Stat.of([r["agent"]["samples_per_second"] for r in results]),
+             "samples/s", "acknowledged end to end"),
+        _row("transport", "agent encode alone", Stat.of([r["encode"]["batches_per_second"] for r in results]),
+             "batches/s", "the agent's CPU ceiling, no network"),
+    ]  # fmt: skip
+
+
 # --------------------------------------------------------------------------- 4. detection
 
 
@@ -389,6 +408,7 @@ SECTIONS: dict[str, Callable[[bool], list[Row]]] = {
     "scrape": bench_scrape,
     "footprint": bench_footprint,
     "ingest": bench_ingest,
+    "transport": bench_transport,
     "detect": bench_detect,
 }
 

@@ -2,9 +2,9 @@
 # System packages fabricd's tests and benchmarks use as real peers (Debian/Ubuntu, run as root):
 # prometheus + promtool (rules, dashboards), alertmanager (hooks), node_exporter (parity oracle for
 # sysfs parsing), iproute2 (network-namespace labs), ethtool (oracle for the ioctl collector),
-# PostgreSQL (the production database).
+# PostgreSQL (the production database), openssl (TLS test certificates).
 set -euo pipefail
-pkgs=(prometheus prometheus-alertmanager prometheus-node-exporter iproute2 ethtool postgresql)
+pkgs=(prometheus prometheus-alertmanager prometheus-node-exporter iproute2 ethtool postgresql openssl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

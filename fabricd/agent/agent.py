@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -61,7 +62,8 @@ class Agent:
             if delay < 0:  # overran: skip missed ticks rather than bursting to catch up
                 next_tick = time.monotonic()
                 delay = 0
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (cpython#86296),
+            # which hung the agent's shutdown.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await stop.wait()
