@@ -162,15 +162,17 @@ def write_infiniband_tree(root: Path, devices: Mapping[str, DeviceTree]) -> Path
         if data is None:
             (top / rel).mkdir(parents=True, exist_ok=True)
         else:
-            _write_in_place(top / rel, data)
+            (top / rel).parent.mkdir(parents=True, exist_ok=True)
+            write_in_place(top / rel, data)
     return top
 
 
-def _write_in_place(path: Path, data: bytes) -> None:
-    # pwrite + ftruncate keeps the inode (sysfs attributes never change inode), so readers that
-    # keep the file open see the new value; a concurrent reader sees the old or the new number
-    # on the first line (a shorter value is truncated right after the write).
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Rewrite one attribute file like sysfs does (the simulator's hot path: no mkdir here).
+
+    pwrite + ftruncate keeps the inode (sysfs attributes never change inode), so readers that
+    keep the file open see the new value; a concurrent reader sees the old or the new number on
+    the first line (a shorter value is truncated right after the write)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o444)
     try:
         os.pwrite(fd, data, 0)

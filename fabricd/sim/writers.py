@@ -17,7 +17,6 @@ the device lets detectors join ethtool and sysfs readings without that map (docs
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from fabricd.sysfstree import (
     PortTree,
     render,
     tree_files,
+    write_in_place,
     write_infiniband_tree,
 )
 
@@ -152,14 +152,3 @@ def lay_out(top: Path, trees: dict[str, DeviceTree]) -> None:
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_in_place(path, data)
-
-
-def write_in_place(path: str | Path, data: bytes) -> None:
-    """pwrite + ftruncate keeps the inode, as sysfs attributes do (a reader holding the file open
-    sees the new value on its next pread at offset 0)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o444)
-    try:
-        os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
-    finally:
-        os.close(fd)
