@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from typing import Any, TextIO
 
 from fabricd.clock import ManualClock
 from fabricd.model import Incident, Sample
+from fabricd.progress import Step, progress, quiet
 from fabricd.sim.cluster import SimCluster, create
 from fabricd.sim.probes import model_prober
 from fabricd.sim.scenario import Scenario, load
@@ -191,7 +191,7 @@ class Replay:
     detect_seconds: float
 
 
-async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = None) -> Replay:
+async def replay(scenario: Scenario, workdir: Path, step: Step = quiet) -> Replay:
     """Run one scenario through the collectors, the rate engine and the detection engine."""
     from fabricd.detect.engine import DetectionEngine
 
@@ -218,9 +218,7 @@ async def replay(scenario: Scenario, workdir: Path, progress: TextIO | None = No
                 first = seen[inc.key][0] if inc.key in seen else clock.now
                 seen[inc.key] = (first, inc)
             await asyncio.sleep(0)  # let started NCCL runs finish before the next scrape
-            if progress is not None and k % max(1, ticks // 10) == 0:
-                print(f"eval {scenario.name}: {t:.0f}/{scenario.duration:.0f} s simulated, "
-                      f"{len(seen)} incident(s)", file=progress, flush=True)  # fmt: skip
+            step(note=f"{t:.0f}/{scenario.duration:.0f} s simulated, {len(seen)} incident(s)")
     finally:
         await _close(nodes)
     return Replay(cluster.truths(), seen, ticks + 1, samples, detect_seconds)
@@ -271,20 +269,26 @@ def _describe(inc: Incident, first: float) -> dict[str, Any]:
 # --- entry points -------------------------------------------------------------------------------
 
 
-def evaluate(scenario: Scenario, progress: TextIO | None = None) -> ScenarioResult:
+def evaluate(scenario: Scenario, show_progress: bool = False, stream: TextIO | None = None) -> ScenarioResult:
+    """Replay and score one scenario; progress (a bar on a terminal, plain lines otherwise) on demand."""
     started = time.perf_counter()
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None  # tmpfs: sysfs-like file costs
     with tempfile.TemporaryDirectory(prefix=f"fabricd-eval-{scenario.name}-", dir=base) as tmp:
-        run = asyncio.run(replay(scenario, Path(tmp), progress))
+        if show_progress:
+            ticks = int(scenario.duration // scenario.interval) + 1
+            with progress(f"eval {scenario.name}", total=ticks, stream=stream) as step:
+                run = asyncio.run(replay(scenario, Path(tmp), step))
+        else:
+            run = asyncio.run(replay(scenario, Path(tmp)))
     result = score(scenario.name, scenario.interval, run.truths, run.seen)
     result.scrapes, result.samples, result.detect_seconds = run.scrapes, run.samples, run.detect_seconds
     result.wall_seconds = time.perf_counter() - started
     return result
 
 
-def evaluate_all(names: Sequence[str], progress: TextIO | None = sys.stderr) -> dict[str, Any]:
+def evaluate_all(names: Sequence[str], show_progress: bool = True, stream: TextIO | None = None) -> dict[str, Any]:
     """Evaluate scenarios by name or path; the report ``fabricd eval --json`` prints."""
-    results = [evaluate(load(n), progress) for n in names]
+    results = [evaluate(load(n), show_progress, stream) for n in names]
     return report(results)
 
 

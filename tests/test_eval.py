@@ -21,7 +21,7 @@ TARGET_TOP1 = 0.9
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, object]:
-    return ev.evaluate_all(default_scenarios(), progress=None)
+    return ev.evaluate_all(default_scenarios(), show_progress=False)
 
 
 def _incident(kind: IncidentKind, element: str, ts: float) -> Incident:

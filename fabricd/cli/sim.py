@@ -85,7 +85,7 @@ def run_eval(args: argparse.Namespace) -> int:
         print("\n".join(shipped()))
         return 0
     try:
-        report = ev.evaluate_all(args.scenario or default_scenarios(), progress=sys.stderr)
+        report = ev.evaluate_all(args.scenario or default_scenarios(), show_progress=True)
     except ScenarioError as exc:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 2
