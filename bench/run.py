@@ -460,9 +460,12 @@ def main() -> int:
     args = ap.parse_args()
     chosen = args.only.split(",") if args.only else list(SECTIONS)
     rows: list[Row] = []
-    for name in chosen:
-        print(f"bench: {name} ...", file=sys.stderr, flush=True)
-        rows.extend(SECTIONS[name](args.quick))
+    from fabricd.progress import progress
+
+    with progress("bench", total=len(chosen)) as step:
+        for name in chosen:
+            rows.extend(SECTIONS[name](args.quick))
+            step(note=f"{name} done")
     info = machine()
     print(table(rows))
     out = REPO / "bench-results"

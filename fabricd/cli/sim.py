@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -42,14 +43,19 @@ def register(sub: Any) -> None:
 def run_sim(args: argparse.Namespace) -> int:
     import yaml
 
+    from fabricd.progress import progress
     from fabricd.sim import live
-    from fabricd.sim.scenario import ScenarioError
+    from fabricd.sim.scenario import ScenarioError, load
 
     try:
-        handle = live.start(args.scenario, args.out, speed=args.speed, nodes=args.nodes)
+        scenario = load(args.scenario, **({"topology": {"nodes": args.nodes}} if args.nodes else {}))
+        with progress("sim warm-up", total=scenario.topology.nodes) as step:
+            handle = live.start(scenario, args.out, speed=args.speed, step=step)
     except (ScenarioError, ValueError) as exc:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 2
+    # SIGTERM (systemd, kill) stops as cleanly as Ctrl-C: responders closed, thread joined.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: _raise_interrupt())
     agents = args.out / "agents"
     agents.mkdir(parents=True, exist_ok=True)
     for node in handle.nodes:
@@ -69,6 +75,10 @@ def run_sim(args: argparse.Namespace) -> int:
     finally:
         handle.stop()
     return 1 if handle.error else 0
+
+
+def _raise_interrupt() -> None:
+    raise KeyboardInterrupt
 
 
 def default_scenarios() -> list[str]:

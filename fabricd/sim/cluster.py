@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabricd.progress import Step, quiet
 from fabricd.sim import nccl as nccl_mod
 from fabricd.sim.model import Simulation, simulate
 from fabricd.sim.scenario import Scenario
@@ -53,10 +54,11 @@ class SimCluster:
     def truths(self) -> list[Truth]:
         return truths(self.sim.fabric, self.epoch)
 
-    def write_all(self) -> None:
+    def write_all(self, step: Step = quiet) -> None:
         for node in self.nodes:
             ports = [self.sim.ports[p] for p in self.sim.fabric.ports_of[node]]
             self.writers[node].write(ports)
+            step(note=node)
 
     def advance_to(self, t: float) -> None:
         """Scenario time ``t``: model step, then every node's files."""
@@ -105,7 +107,7 @@ class SimCluster:
         return cfg
 
 
-def create(scenario: Scenario, out: Path, epoch: float) -> SimCluster:
+def create(scenario: Scenario, out: Path, epoch: float, step: Step = quiet) -> SimCluster:
     """Lay out every node's files at scenario time 0 and write the ground truth."""
     out.mkdir(parents=True, exist_ok=True)
     sim = simulate(scenario)
@@ -113,6 +115,6 @@ def create(scenario: Scenario, out: Path, epoch: float) -> SimCluster:
     cluster = SimCluster(scenario, out, epoch, sim)
     for node in sim.fabric.nodes:
         cluster.writers[node] = NodeWriter(cluster.node_dir(node), rate)
-    cluster.write_all()
+    cluster.write_all(step)
     cluster.write_truth()
     return cluster

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fabricd.progress import Step, quiet
 from fabricd.sim import probes
 from fabricd.sim.cluster import SimCluster, create
 from fabricd.sim.scenario import Scenario, load
@@ -88,13 +89,14 @@ class LiveCluster:
             self.cluster.write_nccl(k * sc.interval)
 
 
-def start(scenario: str | Path | Scenario, out_dir: Path, speed: float = 1.0, nodes: int | None = None) -> LiveCluster:
+def start(scenario: str | Path | Scenario, out_dir: Path, speed: float = 1.0, nodes: int | None = None,
+          step: Step = quiet) -> LiveCluster:  # fmt: skip
     """Start a simulated cluster in real time; returns once its files and responders are ready."""
     if speed <= 0:
         raise ValueError("speed must be positive")
     if not isinstance(scenario, Scenario):
         scenario = load(scenario, **({"topology": {"nodes": nodes}} if nodes else {}))
-    live = LiveCluster(create(scenario, Path(out_dir), time.time()), speed)
+    live = LiveCluster(create(scenario, Path(out_dir), time.time(), step), speed)
     live._thread = threading.Thread(target=live._run, name="fabricd-sim", daemon=True)
     live._thread.start()
     live._ready.wait(timeout=60)
