@@ -112,3 +112,35 @@ def test_without_pairs_marks_spread_over_leaves_blame_the_leaf_with_its_uplinks_
     assert [(i.kind, i.element) for i in opened] == [(IncidentKind.CONGESTION, "leaf-02")]
     assert {"leaf-02~spine-01", "leaf-02~spine-02"} <= {x.element for x in opened[0].candidates}
     assert set(opened[0].affected) == receivers
+
+
+def test_ib_congestion_with_xmit_wait_saturated_is_found_by_the_slow_pairs_through_the_link() -> None:
+    # InfiniBand: no ECN, and the senders' 32-bit port_xmit_wait is pinned at all ones (no rate).
+    # The pairs crossing the congested link are what is left, and they are enough.
+    topo = fat_tree(16, 2, 4, SPINES, "infiniband")
+    e = DetectionEngine()
+    e.set_topology(topo, path_oracle(topo, SPINES))
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        return {"np_ecn_marked_roce_packets": 0.0, "port_xmit_wait": None if in_fault(ts, c) else 0.005 * 50e9 / 8}
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (0.0, 260e-6 if in_fault(ts, c) and crosses(src, dst) else 20e-6)
+
+    changes = replay(e, c.rounds(50, port=port, pairs=pairs))
+    opened = [i for i in changes if i.state is IncidentState.OPEN]
+    assert {(i.kind, i.element) for i in opened} == {(IncidentKind.CONGESTION, FAULT)}  # not tail latency
+    assert opened[0].started_ts == c.start + 12 * c.interval
+    assert {e.signal for e in opened[0].evidence} == {"rtt_p99_outlier"}
+    assert "xmit_wait" not in " ".join(e.note for e in opened[-1].evidence)  # the saturated counter said nothing
+
+
+def test_a_few_slow_pairs_with_nothing_in_common_are_not_congestion() -> None:
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    slow = {("node-001", "node-005"), ("node-010", "node-014")}  # two unrelated pairs, no counters
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (0.0, 400e-6 if in_fault(ts, c) and (src, dst) in slow else 20e-6)
+
+    assert [i for i in replay(engine(), c.rounds(50, pairs=pairs)) if i.kind is IncidentKind.CONGESTION] == []

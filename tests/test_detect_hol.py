@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from fabricd.detect import DetectionEngine
-from fabricd.detect.series import Cluster, pause, replay
+from fabricd.detect.series import Cluster, path_oracle, pause, replay
 from fabricd.model import IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
 
@@ -72,3 +72,69 @@ def test_pauses_below_for_or_threshold_raise_nothing() -> None:
     assert replay(engine(), c.rounds(30, extra=pauses(c, short, 10, 11))) == []  # one scrape
     light = {(n, "eth0"): (0.04, 0.03) for n in NODES}  # a few percent paused: normal PFC
     assert replay(engine(), c.rounds(30, extra=pauses(c, light))) == []
+
+
+ORACLE_TOPO = fat_tree(16, 2, 4, 2, "infiniband")
+PEERS = {n: [NODES[(i + k) % 16] for k in (1, 4, 8, 12)] for i, n in enumerate(NODES)}
+
+
+def oracle_engine(topo: object = ORACLE_TOPO) -> DetectionEngine:
+    e = DetectionEngine()
+    e.set_topology(topo, path_oracle(topo, 2))  # probes use rail mlx5_0
+    return e
+
+
+def test_ib_hol_without_pause_counters_blames_the_receiver_its_stalled_neighbours_wait_for() -> None:
+    # InfiniBand: credit back-pressure has no pause counters and XmitWait is saturated. node-007's
+    # mlx5_0 receives an incast; its leaf-mates are stalled, so every pair with an end on one of
+    # them is slow, and their NCCL jobs (and their partners' jobs, node-010) too.
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS, nccl=True)
+    stalled = {n for n in LEAF_02 if n != "node-007"}
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        incast = 10 <= step(ts, c) < 30 and node == "node-007" and hca == "mlx5_0"
+        return {"np_ecn_marked_roce_packets": 0.0, "port_xmit_wait": None,
+                "port_rcv_data": 0.97 * 50e9 if incast else 0.6 * 50e9}  # fmt: skip
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (0.0, 350e-6 if 10 <= step(ts, c) < 30 and {src, dst} & stalled else 20e-6)
+
+    def nccl(ts: float, node: str) -> float:
+        return 0.02 if 10 <= step(ts, c) < 30 and node in ("node-005", "node-010") else 0.010
+
+    changes = replay(oracle_engine(), c.rounds(50, port=port, pairs=pairs, nccl=nccl))
+    opened = [i for i in changes if i.state is IncidentState.OPEN]
+    assert {(i.kind, i.element) for i in opened} == {(IncidentKind.HOL_BLOCKING, "node-007/mlx5_0")}
+    assert stalled <= set(opened[-1].affected)
+    assert opened[0].started_ts == c.start + 10 * c.interval
+
+
+def test_slow_pairs_of_a_storms_victims_are_the_storms_not_tail_latency() -> None:
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    table = {(n, f"eth{i}"): (0.5, 0.0) for n in LEAF_02 for i in range(2)}
+    table[("node-006", "eth0")] = (0.0, 0.97)  # node-006/mlx5_0 keeps pausing its switch
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (0.0, 300e-6 if 10 <= step(ts, c) < 30 and {src, dst} & set(LEAF_02) else 20e-6)
+
+    changes = replay(oracle_engine(TOPO), c.rounds(50, pairs=pairs, extra=pauses(c, table)))
+    assert {(i.kind, i.element) for i in changes} == {(IncidentKind.PFC_STORM, "node-006/mlx5_0")}
+
+
+def test_throttled_senders_and_paused_pairs_of_an_hol_root_are_not_congestion() -> None:
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    victims = {(n, "eth0"): (0.4, 0.0) for n in LEAF_02 if n != "node-007"}
+    senders = {"node-002", "node-010", "node-014"}  # incast senders: CNPs handled, flows marked at node-007
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        on = 10 <= step(ts, c) < 30
+        if on and node == "node-007" and hca == "mlx5_0":
+            return {"np_ecn_marked_roce_packets": 0.3 * 0.6 * 50e9 / 4096, "np_cnp_sent": 3e5}
+        return {"rp_cnp_handled": 1e5} if on and node in senders and hca == "mlx5_0" else {}
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        paused = {n for n, _ in victims}
+        return (0.0, 300e-6 if 10 <= step(ts, c) < 30 and {src, dst} & paused else 20e-6)
+
+    changes = replay(oracle_engine(TOPO), c.rounds(50, port=port, pairs=pairs, extra=pauses(c, victims)))
+    assert {(i.kind, i.element) for i in changes} == {(IncidentKind.HOL_BLOCKING, "node-007/mlx5_0")}

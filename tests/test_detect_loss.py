@@ -93,3 +93,24 @@ def test_probe_loss_on_pairs_crossing_one_fabric_link_blames_that_link() -> None
     assert inc.candidates[0].element == fault
     assert {"node-008|node-009", "node-012|node-013"} <= set(inc.affected)  # the pairs whose probes crossed it
     assert {"node-009", "node-003"} <= set(inc.affected)  # ends of flows with sequence errors, folded in
+
+
+def test_probe_loss_still_draining_after_a_loss_fault_is_not_a_second_incident_elsewhere() -> None:
+    # A bad cable on node-006/mlx5_0: symbol errors and probe loss on its pairs until step 30. One
+    # pair lost probes up to the last scrape, the others stopped a little earlier: after the fault,
+    # the healthy pairs clear node-006's link while that pair's 60 s loss window still drains. It is
+    # the open incident's symptom, not a new packet_loss on the other end's link.
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    late = ("node-002", "node-006")
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        return {"symbol_error": 2.5} if 10 <= step(ts, c) < 30 and node == "node-006" and hca == "mlx5_0" else {}
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        k = step(ts, c)
+        if "node-006" not in (src, dst):
+            return (0.0, 20e-6)
+        return (0.03 if 10 <= k < (30 if (src, dst) == late else 25) else 0.0, 20e-6)
+
+    changes = replay(engine(), c.rounds(60, port=port, pairs=pairs))
+    assert opened(changes) == [(IncidentKind.PACKET_LOSS, "node-006/mlx5_0~leaf-02")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -21,7 +21,7 @@ class EvalContext:
     findings: list[Finding]
     localizer: Localizer
     hca_of: dict[tuple[str, str], str]  # (node, source device) -> HCA port id
-    healthy_pairs: list[tuple[str, str]]
+    healthy_pairs: list[tuple[str, str]]  # every probe pair observed recently (bad ones included)
     claimed: set[int] = field(default_factory=set)  # id() of findings already explained
     # elements already blamed this evaluation (by any kind), with the incident key that owns them
     blamed: dict[str, str] = field(default_factory=dict)
@@ -30,6 +30,7 @@ class EvalContext:
     # nodes touched by open network incidents (their element or affected nodes/pairs)
     network_nodes: set[str] = field(default_factory=set)
     params: dict[str, float] = field(default_factory=dict)  # ``params:`` of the rule files
+    rx_utilization: dict[str, float] = field(default_factory=dict)  # HCA port -> last rx / link rate
 
     def param(self, name: str, default: float) -> float:
         return self.params.get(name, default)
@@ -55,6 +56,31 @@ class EvalContext:
 
     def pair_symptoms(self, findings: Sequence[Finding]) -> list[Symptom]:
         return [self.localizer.pair_symptom(f, f.node, f.device) for f in findings]
+
+    def open_network_elements(self) -> set[str]:
+        """Elements of open network incidents and of network root causes proposed so far."""
+        out = set(self.blamed)
+        for kind, elements in self.open_elements.items():
+            if kind not in (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY):
+                out |= elements
+        return out
+
+    def claim_touching(self, signals: Iterable[str], ports: Collection[str]) -> list[Finding]:
+        """Claim pair findings with an end on one of the HCA ``ports`` (in every path alternative),
+        and per-node findings (NCCL) of those ports' nodes."""
+        if not ports:
+            return []
+        nodes = {p.split("/", 1)[0] for p in ports}
+        found = []
+        for f in self.signal(*signals):
+            if f.signal in PAIR_SIGNALS:
+                used = self.localizer.pair_ports(f.node, f.device)
+                if used and sum(share for port, share in used.items() if port in ports) >= 1.0 - 1e-9:
+                    found.append(f)
+            elif f.node in nodes:
+                found.append(f)
+        self.claim(found)
+        return found
 
 
 def evidence(f: Finding) -> Evidence:
@@ -109,8 +135,26 @@ class Evidence3:
     weak: list[Finding]  # port counters of flows that merely crossed the fault somewhere
 
 
+@dataclass(frozen=True, slots=True)
+class PairGuard:
+    """What a cluster backed by pairs alone must show to be blamed: enough pairs, an element of an
+    allowed type, and consistency (most probed paths through the element bad: one slow pair, or a
+    few slow pairs whose paths share an element that healthy pairs also cross, say nothing)."""
+
+    min_pairs: int
+    min_consistency: float
+    types: frozenset[str]
+
+    def passes(self, c: Cluster) -> bool:
+        from fabricd.detect.localize import element_type
+
+        return (c.pair_count >= self.min_pairs and c.consistency >= self.min_consistency
+                and element_type(c.element) in self.types)  # fmt: skip
+
+
 def cluster_network(ctx: EvalContext, kind: IncidentKind, ev: Evidence3, what: str, *,
-                    absorb_strong: bool, weak_weight: float = 0.25) -> list[Proposal]:  # fmt: skip
+                    absorb_strong: bool, weak_weight: float = 0.25, guard: PairGuard | None = None,
+                    absorb_into: Collection[str] = ()) -> list[Proposal]:  # fmt: skip
     """Vote over pair and port symptoms, then tidy the clusters into one proposal per root cause.
 
     A fabric-level cluster (a fabric link or a switch) is explained by pairs; port-only clusters next
@@ -118,6 +162,12 @@ def cluster_network(ctx: EvalContext, kind: IncidentKind, ev: Evidence3, what: s
     congestion) unless their own counters point at their own link (``absorb_strong=False``: symbol
     errors are local). A cluster backed only by weak port symptoms is folded into the biggest
     cluster, or dropped when there is none: weak symptoms alone do not say where the fault is.
+
+    ``guard``: a cluster of pairs only (no port counter of its own) is kept only when it passes;
+    otherwise its findings stay unclaimed for the next detector. ``absorb_into``: elements of open
+    incidents of this kind; a pairs-only cluster whose every pair crosses one of them is those
+    incidents' lingering symptoms (a window still draining, a fault just cleared by healthy pairs),
+    so it is claimed without a second incident.
     """
     loc = ctx.localizer
     bad_pairs = {(f.node, f.device) for f in ev.pairs}
@@ -127,15 +177,28 @@ def cluster_network(ctx: EvalContext, kind: IncidentKind, ev: Evidence3, what: s
     if not symptoms:
         return []
     clusters = loc.explain(symptoms, ctx.healthy_symptoms(bad_pairs))
-    kept, folded = _tidy(clusters, absorb_strong, set(id(f) for f in ev.strong))
+    strong_ids = set(id(f) for f in ev.strong)
+    kept, folded = _tidy(clusters, absorb_strong, strong_ids)
     out = []
     for cluster in kept:
+        if _lingering(ctx, cluster, absorb_into):
+            ctx.claim(s.ref for s in cluster.symptoms)
+            continue
+        if guard is not None and not any(id(s.ref) in strong_ids for s in cluster.symptoms) and not guard.passes(cluster):
+            continue
         findings = [s.ref for s in cluster.symptoms] + [s.ref for c in folded.get(id(cluster), []) for s in c.symptoms]
         ctx.claim(findings)
         p = proposal(kind, cluster.element, cluster, findings, what)
         out.append(p)
         ctx.blamed.setdefault(cluster.element, p.key)
     return out
+
+
+def _lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
+    """Pairs only, all crossing an element that already has an open incident (not this one)."""
+    if not open_elements or cluster.element in open_elements or any(not s.pair for s in cluster.symptoms):
+        return False
+    return all(ctx.localizer.crosses(s.ref.node, s.ref.device, open_elements) for s in cluster.symptoms)
 
 
 def _tidy(clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int]) -> tuple[list[Cluster], dict[int, list[Cluster]]]:

@@ -148,7 +148,8 @@ class DetectionEngine:
         self._last_eval = now
 
     def _propose(self, now: float, firing: list[Any]) -> list[Proposal]:
-        ctx = EvalContext(now, firing, self.localizer, self._hca_map(), self._healthy(now), params=self.rules.params)
+        ctx = EvalContext(now, firing, self.localizer, self._hca_map(), self._healthy(now), params=self.rules.params,
+                          rx_utilization=self._rx_utilization())  # fmt: skip
         for inc in self.book.open():
             ctx.open_elements.setdefault(inc.kind, set()).add(inc.element)
             if inc.kind not in (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY):
@@ -157,6 +158,11 @@ class DetectionEngine:
         for detect in DETECTORS:
             out.extend(detect(ctx))
         return out
+
+    def _rx_utilization(self) -> dict[str, float]:
+        """Last receive utilization per HCA port (context for the HOL root: the incast receiver)."""
+        return {f"{node}/{dev}": c.rx_utilization for (node, dev, _), c in self.extractor.ports.items()
+                if c.rx_utilization is not None}  # fmt: skip
 
     def _healthy(self, now: float) -> list[tuple[str, str]]:
         horizon = now - self.rules.lifecycle.stale_seconds

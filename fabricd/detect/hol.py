@@ -14,6 +14,18 @@ feed it; every flow of that priority through a paused port stops, including flow
 The root is the incident's element; victims are ``affected``. Pauses spread along the tree: victims
 on the root's leaf are paused most, hosts elsewhere sending into that leaf less, which is why the
 root is searched on the leaf holding most of the victims' pause time.
+
+Without pause counters (InfiniBand: credit back-pressure has no PFC counters, and the senders'
+``port_xmit_wait`` saturates within a scrape), the stalled hosts are found by the probe pairs: a port
+whose pairs are slow whichever peer it probes is itself stalled (``hol_stalled_*`` params). When
+most probed ports behind one leaf are stalled, the pauses start there; the root is the port on that
+leaf that is *not* stalled (the receiver under incast: its own sends do not queue behind the full
+egress it is fed by) and receives the most (``rx_utilization``, the incast). A congested fabric link
+does not look like this: only the pairs crossing it are slow, and every port also has healthy pairs.
+
+Whatever the root, the pauses' victims are its symptoms, not incidents of their own: slow pairs with
+an end on a paused or stalled port, the NCCL slowdowns of those nodes, and the throttled senders'
+CNPs (``cnp_handled_rate``) are claimed by the storm or HOL incident.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from fabricd.detect.incidents import Proposal
 from fabricd.model import Candidate, IncidentKind
 
 ROOT_SIGNALS = ("ecn_marked_fraction", "cnp_sent_rate", "tx_pause_fraction", "xmit_wait_fraction", "qdisc_backlog_bytes")
+VICTIM_SIGNALS = ("rtt_p99_outlier", "nccl_time_outlier")  # what a paused host's pairs and jobs show
+THROTTLED = ("cnp_handled_rate", "xmit_wait_fraction")  # senders slowed by someone else's queue
 
 
 def propose(ctx: EvalContext) -> list[Proposal]:
@@ -44,6 +58,9 @@ def _storms(ctx: EvalContext) -> list[Proposal]:
         victims = _victims(ctx, exclude=hca)
         ctx.claim(found + victims)
         ctx.claim(f for f in ctx.signal("rx_pause_fraction", "tx_pause_fraction") if ctx.hca(f) == hca)
+        leaf = ctx.localizer.leaf(hca)
+        stalled = {p for p in _stalled_ports(ctx) if leaf is None or ctx.localizer.leaf(p) == leaf}
+        _claim_victims(ctx, {hca} | {ctx.hca(f) for f in victims} | stalled, found)
         cands = [Candidate(hca, 1.0), Candidate(ctx.localizer.host_link(hca), 0.5)]
         p = proposal(IncidentKind.PFC_STORM, hca, None, found + victims, "is in a PFC pause storm")
         p.candidates = cands
@@ -62,24 +79,104 @@ def _victims(ctx: EvalContext, exclude: str) -> list[Finding]:
 
 def _hol(ctx: EvalContext) -> list[Proposal]:
     victims = [f for f in ctx.of([IncidentKind.HOL_BLOCKING], ["rx_pause_fraction"])]
-    if not victims:
-        return []
-    leaf = _dominant_leaf(ctx, victims)
-    root, score = _root(ctx, leaf, {ctx.hca(f) for f in victims})
+    stalled = _stalled_ports(ctx)
+    if victims:
+        leaf = _dominant_leaf(ctx, victims)
+        root, score = _root(ctx, leaf, {ctx.hca(f) for f in victims})
+    else:
+        leaf = _stalled_leaf(ctx, stalled)
+        root, score = _quiet_root(ctx, leaf, stalled) if leaf is not None else (None, 0.0)
     if root is None:
         return []  # pauses with no congested port to blame: left to the congestion detector
     root_findings = [f for f in ctx.findings if id(f) not in ctx.claimed and ctx.hca(f) == root
                      and f.signal in ROOT_SIGNALS]  # fmt: skip
     real_victims = [f for f in victims if ctx.hca(f) != root]
+    stalled_ports = {p for p in stalled if p != root}
     ctx.claim(root_findings + victims)
-    p = proposal(IncidentKind.HOL_BLOCKING, root, None, root_findings + real_victims,
+    slow = _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | stalled_ports, root_findings + victims)
+    evidence = root_findings + real_victims + (slow if not real_victims else [])
+    if not evidence:
+        return []
+    p = proposal(IncidentKind.HOL_BLOCKING, root, None, evidence,
                  "is blocking its fabric (head-of-line: PFC pauses spreading)")  # fmt: skip
     p.candidates = [Candidate(root, round(score, 4)), Candidate(ctx.localizer.host_link(root), round(score / 2, 4))]
     if leaf:
         p.candidates.append(Candidate(leaf, round(score / 4, 4)))
-    p.affected = sorted({f.node for f in real_victims})
+    p.affected = sorted({f.node for f in real_victims} | {x.split("/", 1)[0] for x in stalled_ports})
     ctx.blamed[root] = p.key
     return [p]
+
+
+def _claim_victims(ctx: EvalContext, ports: set[str], found: Sequence[Finding]) -> list[Finding]:
+    """Claim what the pauses around ``ports`` (root, paused, stalled) cause; returns the slow pairs
+    and jobs of those ports. Throttled senders anywhere are the root's (their CNPs come from its
+    marks); NCCL slowdowns that began once the pauses had begun are victims' too (a job is as slow as
+    its most paused member and members rotate, so victims are not only the paused hosts), while a
+    node already slow before (a straggler) keeps its finding."""
+    slow = ctx.claim_touching(VICTIM_SIGNALS, ports)
+    ctx.claim(ctx.signal(*THROTTLED))
+    started = [f.started_ts for f in [*found, *slow]]
+    if started:
+        ctx.claim(f for f in ctx.signal("nccl_time_outlier") if f.started_ts >= min(started))
+    return slow
+
+
+def _stalled_ports(ctx: EvalContext) -> dict[str, float]:
+    """HCA ports whose probe pairs are slow whichever peer they probe: port -> share of slow pairs."""
+    bad_pairs = {(f.node, f.device) for f in ctx.signal("rtt_p99_outlier")}
+    if not bad_pairs:
+        return {}
+    bad, total = _port_votes(ctx, bad_pairs)
+    need, share = ctx.param("hol_stalled_min_pairs", 2), ctx.param("hol_stalled_consistency", 0.8)
+    return {p: bad[p] / total[p] for p in bad if bad[p] >= need and bad[p] / total[p] >= share}
+
+
+def _port_votes(ctx: EvalContext, bad_pairs: set[tuple[str, str]]) -> tuple[dict[str, float], dict[str, float]]:
+    bad: dict[str, float] = defaultdict(float)
+    total: dict[str, float] = defaultdict(float)
+    for pair in ctx.healthy_pairs:
+        for port, share in ctx.localizer.pair_ports(*pair).items():
+            total[port] += share
+            if pair in bad_pairs:
+                bad[port] += share
+    return bad, total
+
+
+def _stalled_leaf(ctx: EvalContext, stalled: dict[str, float]) -> str | None:
+    """The leaf where most probed ports are stalled, if enough of them are (HOL's signature)."""
+    if not stalled:
+        return None
+    _, total = _port_votes(ctx, set())
+    probed: dict[str, int] = defaultdict(int)
+    for port in total:
+        leaf = ctx.localizer.leaf(port)
+        if leaf is not None:
+            probed[leaf] += 1
+    count: dict[str, float] = defaultdict(float)
+    for port, share in stalled.items():
+        leaf = ctx.localizer.leaf(port)
+        if leaf is not None:
+            count[leaf] += share
+    if not count:
+        return None
+    leaf = max(count, key=lambda k: (count[k], k))
+    n = sum(1 for p in stalled if ctx.localizer.leaf(p) == leaf)
+    if n < ctx.param("hol_min_stalled_ports", 3) or n / max(1, probed[leaf]) < ctx.param("hol_stalled_share", 0.5):
+        return None
+    return leaf
+
+
+def _quiet_root(ctx: EvalContext, leaf: str, stalled: dict[str, float]) -> tuple[str | None, float]:
+    """The probed port on ``leaf`` that is not stalled and receives the most; an open HOL incident's
+    root keeps its place while it still qualifies (one incident, not one per re-ranking)."""
+    _, total = _port_votes(ctx, set())
+    free = [p for p in total if ctx.localizer.leaf(p) == leaf and p not in stalled]
+    if not free:
+        return None, 0.0
+    kept = ctx.open_elements.get(IncidentKind.HOL_BLOCKING, set())
+    best = max(free, key=lambda p: (p in kept, ctx.rx_utilization.get(p, 0.0), p))
+    on_leaf = sum(1 for p in total if ctx.localizer.leaf(p) == leaf)
+    return best, sum(1 for p in stalled if ctx.localizer.leaf(p) == leaf) / max(1, on_leaf)
 
 
 def _dominant_leaf(ctx: EvalContext, victims: Sequence[Finding]) -> str | None:

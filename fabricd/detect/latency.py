@@ -25,13 +25,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
 
-from fabricd.detect.base import EvalContext, Evidence3, cluster_network, proposal
+from fabricd.detect.base import EvalContext, Evidence3, PairGuard, cluster_network, proposal
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
 from fabricd.model import Candidate, IncidentKind
 
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal data
 MAX_STRAGGLERS = 2  # more nodes slow at once than this: a shared (network) cause
+ANY_ELEMENT = frozenset({"fabric_link", "host_link", "hca", "switch", "node"})
 NETWORK_HOLD_SECONDS = 0.0  # while a network fault is reported, a straggler must stay slow this long
 
 
@@ -131,8 +132,13 @@ def _tail(ctx: EvalContext) -> list[Proposal]:
     pairs = ctx.of([IncidentKind.TAIL_LATENCY], ["rtt_p99_outlier"])
     if not pairs:
         return []
+    # What reaches here was explained by no root cause before (pauses, loss, a queue on a link or
+    # switch): slow pairs that consistently share an element (typically an end host answering
+    # slowly). Pairs crossing an element with an open network incident are that incident's.
+    guard = PairGuard(int(ctx.param("tail_min_pairs", 3)), ctx.param("tail_consistency", 0.75), ANY_ELEMENT)
     return cluster_network(ctx, IncidentKind.TAIL_LATENCY, Evidence3(pairs, [], []),
-                           "has tail latency above its baseline", absorb_strong=True)  # fmt: skip
+                           "has tail latency above its baseline", absorb_strong=True, guard=guard,
+                           absorb_into=ctx.open_network_elements())  # fmt: skip
 
 
 def _stragglers(ctx: EvalContext) -> list[Proposal]:

@@ -53,6 +53,12 @@ class Cluster:
     element: str
     candidates: list[Candidate]
     symptoms: list[Symptom] = field(default_factory=list)
+    # bad / (bad + good) votes of the element: 1.0 when every probed path through it is bad
+    consistency: float = 1.0
+
+    @property
+    def pair_count(self) -> int:
+        return sum(1 for s in self.symptoms if s.pair)
 
 
 class Localizer:
@@ -109,6 +115,21 @@ class Localizer:
     def pair_symptom(self, ref: Any, src: str, dst: str, weight: float = 1.0) -> Symptom:
         return Symptom(ref, self.pair_paths(src, dst), weight, pair=True)
 
+    def pair_ports(self, src: str, dst: str) -> dict[str, float]:
+        """The HCA ports a probe pair uses, each with the fraction of its path alternatives using it."""
+        alts = self.pair_paths(src, dst)
+        out: dict[str, float] = {}
+        for alt in alts:
+            for e in alt:
+                if element_type(e) == "hca":
+                    out[e] = out.get(e, 0.0) + 1.0 / len(alts)
+        return out
+
+    def crosses(self, src: str, dst: str, elements: Collection[str]) -> bool:
+        """Whether every path alternative of the pair crosses one of ``elements``."""
+        alts = self.pair_paths(src, dst)
+        return bool(alts) and all(any(e in alt for e in elements) for alt in alts)
+
     def pair_paths(self, src: str, dst: str) -> tuple[frozenset[str], ...]:
         key = (src, dst)
         found = self._paths.get(key)
@@ -143,7 +164,8 @@ class Localizer:
             if ranked[0][1] < min_share and clusters:
                 break
             top = [Candidate(e, round(v, 4)) for e, v in ranked[:TOP_CANDIDATES]]
-            clusters.append(Cluster(best, top, explained))
+            votes = _votes(remaining).get(best, 0.0)
+            clusters.append(Cluster(best, top, explained, votes / (votes + good.get(best, 0.0)) if votes else 0.0))
             remaining = [s for s in remaining if s not in explained]
         return clusters
 

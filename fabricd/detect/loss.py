@@ -9,7 +9,9 @@
   blame, "strong"); sequence errors and retransmissions are seen at the ends of flows that crossed a
   lossy element somewhere ("weak"); sustained probe loss between node pairs localizes it.
 
-Probe loss during a flap is the flap's, not a second (packet_loss) incident.
+Probe loss during a flap is the flap's, not a second (packet_loss) incident; probe loss on pairs
+crossing the element of an open packet_loss incident (a 60 s window still draining after the fault
+cleared) is that incident's, not a new one elsewhere on the path.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
     if not ev.pairs and not ev.strong and spread(ctx, ev.weak):
         # Sequence errors at the ends of many flows, no errors on any host port: a fabric link.
         return by_leaf(ctx, IncidentKind.PACKET_LOSS, ev.weak, "(or one of its uplinks) is dropping packets")
-    return cluster_network(ctx, IncidentKind.PACKET_LOSS, ev, "is dropping packets", absorb_strong=False)
+    return cluster_network(ctx, IncidentKind.PACKET_LOSS, ev, "is dropping packets", absorb_strong=False,
+                           absorb_into=ctx.open_elements.get(IncidentKind.PACKET_LOSS, set()))  # fmt: skip
 
 
 def _claim_crossing(ctx: EvalContext, elements: list[str]) -> None:
