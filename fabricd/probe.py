@@ -233,8 +233,16 @@ class ResponderProtocol(asyncio.DatagramProtocol):
         probe = decode(data)
         if probe is None or probe.kind != REQUEST or self.transport is None:
             return
+        self.respond(probe, addr)
+
+    def respond(self, probe: Probe, addr: Any) -> None:
+        """Answer one valid request now (subclasses may delay or drop it: the simulator's path model)."""
         if self.reply_filter(probe):
-            self.transport.sendto(reply_to(probe), addr)
+            self.send(reply_to(probe), addr)
+
+    def send(self, data: bytes, addr: Any) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.sendto(data, addr)
             self.answered += 1
 
 

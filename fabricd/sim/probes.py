@@ -19,9 +19,9 @@ import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from fabricd.probe import REQUEST, PeerCounts, RttSummary, Target, decode, reply_to
+from fabricd.probe import PeerCounts, Probe, ResponderProtocol, RttSummary, Target, reply_to
 from fabricd.sim import faults as faults_mod
 from fabricd.sim.model import ProbeResult, Simulation, probe_interval
 
@@ -72,40 +72,27 @@ def model_prober(sim: Simulation, node: str, targets: list[Target], clock_ns: Ca
 # --- real time ----------------------------------------------------------------------------------
 
 
-class PathResponder(asyncio.DatagramProtocol):
+class PathResponder(ResponderProtocol):
     """Answers probes of one (src, dst) pair after the path model's RTT, or drops them."""
 
     def __init__(self, sim: Simulation, pair_index: int, rng: random.Random) -> None:
+        super().__init__()
         self.sim = sim
         self.pair = sim.fabric.probes[pair_index]
         self.rng = rng
-        self.transport: asyncio.DatagramTransport | None = None
-        self.answered = 0
         self.dropped = 0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # Python 3.11's _SelectorDatagramTransport does not subclass DatagramTransport: no isinstance.
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        probe = decode(data)
-        if probe is None or probe.kind != REQUEST or self.transport is None:
-            return
+    def respond(self, probe: Probe, addr: Any) -> None:
         result = self._now()
         if result.rtt is None or self.rng.random() < result.lost / max(1, result.sent):
             self.dropped += 1
             return
         delay = max(0.0, result.rtt[1] * math.exp(self.rng.gauss(0.0, 0.3)))
-        asyncio.get_running_loop().call_later(delay, self._send, reply_to(probe), addr)
+        asyncio.get_running_loop().call_later(delay, self.send, reply_to(probe), addr)
 
     def _now(self) -> ProbeResult:
         cond: faults_mod.Conditions = self.sim.last
         return probe_interval(self.pair, cond, 1.0, 100.0, self.rng, self.sim.fabric)
-
-    def _send(self, data: bytes, addr: Any) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.sendto(data, addr)
-            self.answered += 1
 
 
 async def start_responders(sim: Simulation, host: str = "127.0.0.1") -> dict[tuple[str, str], tuple[Any, int]]:
