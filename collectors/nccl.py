@@ -11,6 +11,10 @@ Two sources, exactly one configured:
 
 ``collect()`` never waits for a run: it starts one when due and returns what completed since the
 last call. An aborted, failed or timed-out run is a ``Kind.EVENT`` reading (an event, not silence).
+
+Each run also reports the job's shape (``nodes``, ``ranks``) and what the performance model should
+assume of it (``model_efficiency`` with an ``algo`` label), so the agent can judge its bus bandwidth
+against ``fabricd.perfmodel`` (``fabricd.derived.nccl_efficiency``, docs/model.md).
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 from pydantic import Field, model_validator
 
 from fabricd.collector import CollectorContext, CollectorOptions
 from fabricd.model import Kind, Reading, labels_of
 from fabricd.nccl_parse import NcclRow, NcclRun, op_from_name, parse_nccl_output
+from fabricd.perfmodel import Fabric
 
 SOURCE = "nccl"
 DETAIL_MAX = 160  # an event's detail label is bounded: it comes from tool output
@@ -42,12 +47,32 @@ class NcclOptions(CollectorOptions):
     timeout_seconds: float = Field(default=1800.0, gt=0)
     log_glob: str | None = None
     settle_seconds: float = Field(default=10.0, ge=0)
+    # The job's node count when the output names no hosts (no ``#  Rank ... on <host>`` lines).
+    nodes: int | None = Field(default=None, ge=1)
+    # What the performance model assumes: the algorithm the job uses (NCCL_ALGO) and the achievable
+    # fraction of line rate (from ``fabricd model --calibrate``; default: the model's own).
+    algo: Literal["ring", "tree"] = "ring"
+    model_efficiency: float | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> NcclOptions:
         if (self.command is None) == (self.log_glob is None):
             raise ValueError("set exactly one of command or log_glob")
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class JobModel:
+    """What the efficiency model needs of a run beyond its table (the collector's options)."""
+
+    nodes: int | None = None  # used only when the output has no rank lines
+    algo: str = "ring"
+    efficiency: float = Fabric.efficiency
+
+    @classmethod
+    def of(cls, options: NcclOptions) -> JobModel:
+        eff = options.model_efficiency if options.model_efficiency is not None else Fabric.efficiency
+        return cls(options.nodes, options.algo, eff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +160,31 @@ def _latest_rows(run: NcclRun) -> list[NcclRow]:
     return list(by_key.values())
 
 
-def run_readings(run: NcclRun, op: str) -> list[Reading]:
+def job_shape(run: NcclRun, nodes_option: int | None) -> tuple[int, int] | None:
+    """(nodes, ranks) of the job: distinct hosts and rank lines of the output; without rank lines,
+    the configured node count with one process of ``nThread x nGpus`` ranks per node (how a
+    per-node ``*_perf -g N`` launch runs). None when neither tells."""
+    if run.ranks:
+        return len({r.host for r in run.ranks}), len(run.ranks)
+    if nodes_option is None or not run.n_gpus:
+        return None
+    return nodes_option, nodes_option * run.n_gpus * (run.n_threads or 1)
+
+
+def job_readings(run: NcclRun, op: str, job: JobModel) -> list[Reading]:
+    """The job's shape and the model's assumptions, for the agent's efficiency (docs/model.md)."""
+    out = [_gauge(op, "model_efficiency", job.efficiency, "ratio", "model_efficiency", algo=job.algo)]
+    shape = job_shape(run, job.nodes)
+    if shape is not None:
+        out.append(_gauge(op, "nodes", float(shape[0]), "", "nodes"))
+        out.append(_gauge(op, "ranks", float(shape[1]), "", "ranks"))
+    return out
+
+
+def run_readings(run: NcclRun, op: str, job: JobModel | None = None) -> list[Reading]:
     """Map one parsed run to readings: per size and placement, then per run, then a failure event."""
     out = [reading for row in _latest_rows(run) for reading in _row_readings(op, row)]
+    out.extend(job_readings(run, op, job or JobModel()))
     if run.avg_busbw_bytes_per_second is not None:
         out.append(_gauge(op, "avg_busbw", run.avg_busbw_bytes_per_second, "bytes_per_second",
                           "avg_busbw_bytes_per_second"))
@@ -157,7 +204,7 @@ def failure_event(op: str, reason: str, detail: str) -> Reading:
     )
 
 
-def result_readings(result: CommandResult, op: str) -> list[Reading]:
+def result_readings(result: CommandResult, op: str, job: JobModel | None = None) -> list[Reading]:
     """A finished command: its parsed output, plus an event when the process itself failed."""
     if result.error:
         return [_gauge(op, "success", 0.0, "bool", "run_success"),
@@ -166,7 +213,7 @@ def result_readings(result: CommandResult, op: str) -> list[Reading]:
         detail = f"killed after {result.duration_seconds:.1f} s"
         return [_gauge(op, "success", 0.0, "bool", "run_success"), failure_event(op, "timeout", detail)]
     run = parse_nccl_output(result.output, op=op)
-    readings = run_readings(run, run.op or op)
+    readings = run_readings(run, run.op or op, job)
     if result.returncode != 0 and run.success:
         readings = [r for r in readings if r.counter != "success"]
         readings += [_gauge(run.op or op, "success", 0.0, "bool", "run_success"),
@@ -213,6 +260,7 @@ class NcclCollector:
         if self.options.log_glob:
             self.tail = LogTail(self.options.log_glob, self.options.settle_seconds, wall)
         self.op = op_from_command(self.options.command or [])
+        self.job = JobModel.of(self.options)
         self.task: asyncio.Task[CommandResult] | None = None
         self.next_due = 0.0
         self.skipped = 0
@@ -232,7 +280,7 @@ class NcclCollector:
         for path in self.tail.poll():
             op = op_from_name(path.name)
             run = parse_nccl_output(path.read_text(errors="replace"), op=op)
-            out.extend(run_readings(run, run.op or op or "nccl"))
+            out.extend(run_readings(run, run.op or op or "nccl", self.job))
         return out
 
     def _finished(self) -> list[Reading]:
@@ -244,7 +292,7 @@ class NcclCollector:
             result = task.result()
         except Exception as exc:  # a broken runner is a failed run, reported, not a dead collector
             return [failure_event(op, "runner_error", f"{type(exc).__name__}: {exc}")]
-        return result_readings(result, op)
+        return result_readings(result, op, self.job)
 
     def _maybe_start(self) -> None:
         now = self.monotonic()

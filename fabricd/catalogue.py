@@ -235,6 +235,12 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
     _gauge(NC + "run_failed_last_timestamp_seconds", "seconds", "When a run last failed, by reason", NCCL_RUN,
            ("reason",)),
     _counter(NC + "runs_skipped", "", "Runs not started because the previous one was still running", NCCL_RUN),
+    _gauge(NC + "nodes", "", "Nodes of the last run's job (distinct hosts of its ranks, or the nodes option)",
+           NCCL_RUN),
+    _gauge(NC + "ranks", "", "Ranks (GPUs) of the last run's job", NCCL_RUN),
+    _gauge(NC + "model_efficiency_ratio", "ratio", "Achievable fraction of line rate the performance model "
+           "assumes for this job (option model_efficiency, else the model default), by algorithm",
+           (*NCCL_RUN, "algo")),
     # --- derived signals (computed at the agent from one scrape's rates) ---
     _gauge(DER + "ecn_marked_ratio", "ratio", "Fraction of received RoCE packets marked ECN CE", PORT),
     _gauge(DER + "cnp_sent_packets_per_second", "packets/s", "CNPs sent as notification point", PORT),
@@ -246,6 +252,9 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
     _gauge(DER + "rx_pause_ratio", "ratio", "Fraction of the interval the priority was paused by the peer",
            PRIO, ("port",)),
     _gauge(DER + "tx_pause_ratio", "ratio", "Fraction of the interval the port paused its peer", PRIO, ("port",)),
+    _gauge(DER + "nccl_efficiency_ratio", "ratio", "NCCL-tests busbw at the run's largest out-of-place size "
+           "divided by the performance model's prediction on this node's fabric ports (device = op)",
+           ("node", "device", "size")),
     # --- counter semantics ---
     _gauge("fabricd_saturated_since_timestamp_seconds", "seconds", "Since when a counter has been clamped at "
            "all ones (its rate is unknown since then, not 0); absent when not saturated",

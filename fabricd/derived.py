@@ -2,17 +2,22 @@
 
 Only inputs with an honest rate (status OK or WRAPPED) are used: a first sighting, a reset or a
 saturated counter yields no derived value rather than a wrong one. Assumptions and sources are in
-``docs/counters.md`` ("Derived signals").
+``docs/counters.md`` ("Derived signals"); the NCCL-tests efficiency (gauges in, a model prediction
+against the node's own ports) in ``docs/model.md`` ("Efficiency at the agent").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from fabricd.model import Kind, Labels, Reading, Sample, Status
+from fabricd.perfmodel import ALGOS, OPS, Fabric, efficiency, predict
 
 SOURCE = "derived"
 IB = "infiniband"
+NCCL = "nccl"
+IB_PORT_ACTIVE = 4.0  # sysfs ``state``: "4: ACTIVE"
 _HONEST = frozenset({Status.OK, Status.WRAPPED})
 # DOMAIN.md: on Quantum switches lost bytes ~ delta(port_xmit_wait) x 8.
 XMIT_WAIT_BYTES_PER_TICK = 8.0
@@ -34,17 +39,55 @@ PAUSE_DURATIONS: dict[str, str] = {
 Index = Mapping[tuple[str, str, str], Sample]  # (device, port, counter) -> infiniband sample
 
 
+# The infiniband counters the signals below read: derive() indexes only these.
+IB_INPUTS = frozenset({
+    "np_ecn_marked_roce_packets", "port_rcv_packets", "port_xmit_wait", "port_rcv_data",
+    *(raw for raw, _ in CNP_COUNTERS), *(raw for raw, _ in ERRORS_PER_GB),
+})  # fmt: skip
+
+
+# Gauges and infos the NCCL efficiency reads (no rate): the NCCL run, the node's fabric ports.
+MODEL_INPUTS = frozenset({"busbw", "nodes", "ranks", "model_efficiency", "rate", "state", "port_info"})
+
+
 def derive(samples: Sequence[Sample]) -> list[Sample]:
     """Every derived signal the inputs allow."""
-    honest = [s for s in samples if s.rate is not None and s.status in _HONEST]
-    ib = {(s.reading.device, s.reading.port, s.reading.counter): s for s in honest if s.reading.source == IB}
+    model: list[Sample] = []
+    ib, paused = index_inputs(samples, model)
     out: list[Sample] = []
     out.extend(ecn_marked_ratio(ib))
     out.extend(cnp_rates(ib))
     out.extend(xmit_wait_lost_bandwidth(ib))
     out.extend(errors_per_gigabyte(ib))
-    out.extend(pause_ratios(honest))
+    out.extend(pause_ratios(paused))
+    if model:
+        out.extend(nccl_efficiency(model))
     return out
+
+
+def index_inputs(samples: Sequence[Sample], model: list[Sample] | None = None
+                 ) -> tuple[dict[tuple[str, str, str], Sample], list[Sample]]:  # fmt: skip
+    """One pass over a scrape: the honest infiniband inputs by (device, port, counter) (a repeated
+    key keeps its first position and its last sample, as a dict does) and the honest pause durations.
+    When ``model`` is given, the rate-less samples named in ``MODEL_INPUTS`` are appended to it.
+
+    Runs on every scrape over every sample, so it does no more than it must: identity checks for the
+    status (an enum's hash is a Python call) and set lookups of interned names.
+    """
+    ok, wrapped = Status.OK, Status.WRAPPED
+    ib: dict[tuple[str, str, str], Sample] = {}
+    paused: list[Sample] = []
+    for s in samples:
+        if s.rate is None or (s.status is not ok and s.status is not wrapped):
+            if model is not None and s.reading.counter in MODEL_INPUTS:
+                model.append(s)
+            continue
+        r = s.reading
+        if r.counter in IB_INPUTS and r.source == IB:
+            ib[(r.device, r.port, r.counter)] = s
+        if r.name in PAUSE_DURATIONS:
+            paused.append(s)
+    return ib, paused
 
 
 def _derived(src: Sample, port: str, name: str, value: float, unit: str, labels: Labels = ()) -> Sample:
@@ -127,3 +170,84 @@ def pause_ratios(samples: Sequence[Sample]) -> Iterator[Sample]:
         name = PAUSE_DURATIONS.get(r.name)
         if name is not None and r.unit == "seconds":
             yield _derived(s, r.port, name, _clamp01(_rate(s)), "ratio", r.labels)
+
+
+# --- NCCL-tests efficiency (docs/model.md, "Efficiency at the agent") -------------------------------
+
+
+@dataclass(slots=True)
+class NcclRunInputs:
+    """What one scrape says about one op's NCCL-tests run."""
+
+    busbw: Sample | None = None  # out-of-place busbw at the largest size
+    size: int = 0
+    nodes: float | None = None
+    ranks: float | None = None
+    algo: str = "ring"
+    efficiency: float = Fabric.efficiency  # achievable fraction of line rate the model assumes
+
+
+def nccl_efficiency(inputs: Sequence[Sample]) -> Iterator[Sample]:
+    """Measured ÷ predicted bus bandwidth of each NCCL-tests run in this scrape (device = op, label
+    ``size`` = the run's largest out-of-place size), predicted by ``fabricd.perfmodel`` on this
+    node's active fabric ports. Nothing when a run, its shape or the ports are missing."""
+    runs = nccl_runs(s for s in inputs if s.reading.source == NCCL)
+    ports = fabric_ports([s.reading for s in inputs if s.reading.source == IB]) if runs else None
+    if ports is None:
+        return
+    for op, run in runs.items():
+        value = run_efficiency(op, run, *ports)
+        if value is not None and run.busbw is not None:
+            labels = (("size", str(run.size)),)
+            yield _derived(run.busbw, "", "nccl_efficiency", value, "ratio", labels)
+
+
+def nccl_runs(samples: Iterator[Sample]) -> dict[str, NcclRunInputs]:
+    """The collector's per-run gauges, by op."""
+    runs: dict[str, NcclRunInputs] = {}
+    for s in samples:
+        r = s.reading
+        run = runs.setdefault(r.device, NcclRunInputs())
+        if r.counter == "busbw":
+            _keep_largest(run, s)
+        elif r.counter == "nodes":
+            run.nodes = r.value
+        elif r.counter == "ranks":
+            run.ranks = r.value
+        elif r.counter == "model_efficiency":
+            run.efficiency, run.algo = r.value, dict(r.labels).get("algo", "ring")
+    return runs
+
+
+def _keep_largest(run: NcclRunInputs, s: Sample) -> None:
+    labels = dict(s.reading.labels)
+    size = labels.get("size", "")
+    if labels.get("placement") == "out_of_place" and size.isdigit() and int(size) > run.size:
+        run.busbw, run.size = s, int(size)
+
+
+def fabric_ports(readings: Sequence[Reading]) -> tuple[int, float] | None:
+    """(port count, highest link rate in bytes/s) of the node's active fabric ports: the InfiniBand
+    ones when any is active, else the Ethernet (RoCE) ones; the rule of ``fabricd model --sysfs-root``."""
+    layer = {(r.device, r.port): dict(r.labels).get("link_layer", "") for r in readings if r.counter == "port_info"}
+    active = {(r.device, r.port) for r in readings if r.counter == "state" and r.value == IB_PORT_ACTIVE}
+    fabric_layer = "InfiniBand" if "InfiniBand" in {layer.get(k) for k in active} else "Ethernet"
+    rates = [r.value for r in readings if r.counter == "rate" and r.value > 0 and (r.device, r.port) in active
+             and layer.get((r.device, r.port)) == fabric_layer]  # fmt: skip
+    return (len(rates), max(rates)) if rates else None
+
+
+def run_efficiency(op: str, run: NcclRunInputs, hcas: int, link_rate: float) -> float | None:
+    """measured ÷ ``perfmodel.predict`` busbw; None for single-node runs (their bottleneck is
+    NVLink or PCIe, which sysfs does not describe) and ops or shapes the model does not cover."""
+    if run.busbw is None or run.nodes is None or run.ranks is None or op not in OPS or run.nodes < 2:
+        return None
+    nodes = int(run.nodes)
+    gpus_per_node = int(run.ranks) // nodes
+    if gpus_per_node < 1 or not 0 < run.efficiency <= 1:
+        return None
+    fabric = Fabric(link_rate_bytes_per_second=link_rate, hcas_per_node=hcas, gpus_per_node=gpus_per_node,
+                    efficiency=run.efficiency)  # fmt: skip
+    algo = run.algo if run.algo in ALGOS else "ring"
+    predicted = predict(op, run.size, nodes, fabric, algo).busbw_bytes_per_second
+    return efficiency(run.busbw.reading.value, predicted)

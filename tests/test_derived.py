@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
+from collectors import REGISTRY
+from fabricd.catalogue import lookup
+from fabricd.collector import build
 from fabricd.counters import RateEngine
 from fabricd.derived import derive
+from fabricd.exposition import render
 from fabricd.model import Kind, Reading, labels_of
+from fabricd.sysfstree import DeviceTree, PortTree, write_infiniband_tree
+from tests.helpers import CASES
 
 
 def ib(counter: str, value: float, port: str = "1", *, width: int = 64, scale: float = 1.0) -> Reading:
@@ -87,3 +96,94 @@ def test_nothing_derived_on_first_scrape() -> None:
     engine = RateEngine()
     first = engine.update(1.0, [ib("np_cnp_sent", 5), ib("port_xmit_wait", 3), pause("rx", "3", 1.0)])
     assert derive(first) == []
+
+
+# --- NCCL-tests efficiency: measured busbw over the model's prediction on this node's ports ---------
+
+GIB8 = 8 * 2**30
+
+
+def nccl(counter: str, value: float, op: str = "all_reduce", **labels: str) -> Reading:
+    return Reading("nccl", op, "", counter, value, "", Kind.GAUGE, labels_of(labels), counter, 0)
+
+
+def ib_port(device: str, rate: float, *, state: float = 4.0, layer: str = "InfiniBand") -> list[Reading]:
+    return [Reading("infiniband", device, "1", "rate", rate, "bytes_per_second", Kind.GAUGE, (), "link_rate", 0),
+            Reading("infiniband", device, "1", "state", state, "", Kind.GAUGE, (), "port_state", 0),
+            Reading("infiniband", device, "1", "port_info", 1.0, "", Kind.INFO,
+                    labels_of({"link_layer": layer}), "port_info", 0)]  # fmt: skip
+
+
+def one_scrape(readings: list[Reading]) -> dict[tuple[str, str], float]:
+    out = derive(RateEngine().update(100.0, readings))
+    return {(s.reading.device, dict(s.reading.labels)["size"]): s.reading.value
+            for s in out if s.reading.counter == "nccl_efficiency"}  # fmt: skip
+
+
+def a_run(busbw: float, *, nodes: float = 2, ranks: float = 16) -> list[Reading]:
+    """A 2 x 8-GPU all_reduce: a mid-size row, in-place rows, and 8 GiB out of place."""
+    return [nccl("busbw", 1e9, size=str(2**20), placement="out_of_place"),
+            nccl("busbw", 9e11, size=str(GIB8), placement="in_place"),
+            nccl("busbw", busbw, size=str(GIB8), placement="out_of_place"),
+            nccl("nodes", nodes), nccl("ranks", ranks)]  # fmt: skip
+
+
+NDR = 400 * 125_000_000.0  # "400 Gb/sec (4X NDR)" in bytes/s
+EIGHT_NDR_PORTS = [r for i in range(8) for r in ib_port(f"mlx5_{i}", NDR)]
+
+
+def test_nccl_efficiency_against_the_closed_form_ring_prediction() -> None:
+    # Ring all_reduce on p = 16 ranks, N = 2 nodes, 8 x 400 Gb/s at the model's default 0.9 of line
+    # rate: B = 8 x 50e9 x 0.9 = 360e9 B/s; each node sends 2(p-1)/p n = 1.875 n bytes in
+    # 2(p-1) = 30 steps of alpha = 8 us; busbw = algbw x 1.875 (nccl-tests PERFORMANCE.md).
+    t = 30 * 8e-6 + 1.875 * GIB8 / 360e9
+    predicted = GIB8 / t * 1.875  # 358.08 GB/s
+    down = ib_port("mlx5_8", NDR, state=1.0)  # a port that is down is not part of the fabric
+    ethernet = ib_port("mlx5_9", NDR, layer="Ethernet")  # an active RoCE port next to IB ones
+    got = one_scrape([*a_run(180e9), *EIGHT_NDR_PORTS, *down, *ethernet])
+    assert got == {("all_reduce", str(GIB8)): pytest.approx(180e9 / predicted, rel=1e-12)}
+    assert got[("all_reduce", str(GIB8))] == pytest.approx(0.5027, abs=1e-4)
+
+
+def test_nccl_efficiency_uses_the_collectors_model_assumptions() -> None:
+    # Tree all_reduce, 0.8 of line rate: B = 320e9; 2(N-1)/N n = n bytes per node over the network
+    # in 2 log2(16) = 8 steps; busbw = n / t x 1.875.
+    t = 8 * 8e-6 + GIB8 / 320e9
+    tree = [*a_run(300e9), nccl("model_efficiency", 0.8, algo="tree"), *EIGHT_NDR_PORTS]
+    assert one_scrape(tree)[("all_reduce", str(GIB8))] == pytest.approx(300e9 / (GIB8 / t * 1.875), rel=1e-12)
+
+
+def test_no_nccl_efficiency_without_every_input() -> None:
+    assert one_scrape(a_run(180e9)) == {}  # no fabric ports in the scrape
+    assert one_scrape([*a_run(180e9)[:3], *EIGHT_NDR_PORTS]) == {}  # shape unknown
+    assert one_scrape([*a_run(180e9, nodes=1, ranks=8), *EIGHT_NDR_PORTS]) == {}  # NVLink-bound: not modelled
+    assert one_scrape([*ib_port("mlx5_0", NDR, state=1.0), *a_run(180e9)]) == {}  # no active port
+    assert one_scrape(EIGHT_NDR_PORTS) == {}  # no run this scrape
+
+
+async def test_a_real_healthy_run_scores_near_one(tmp_path: Path) -> None:
+    # The 2 x 8 H100 A3 Mega capture (tree, 8 x 200 Gb/s NICs) through the real collectors: with the
+    # efficiency calibrated on it (0.87, docs/model.md) the run scores within the model's 9 %.
+    ports = {f"mlx5_{i}": DeviceTree(ports={"1": PortTree(rate="200 Gb/sec (4X HDR)")}) for i in range(8)}
+    write_infiniband_tree(tmp_path / "sys", ports)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(CASES / "nccl/a3mega_all_reduce_2node_16xH100/input.txt", logs / "all_reduce_perf.log")
+    nccl_options = {"log_glob": str(logs / "*.log"), "settle_seconds": 0, "algo": "tree", "model_efficiency": 0.87}
+    readings: list[Reading] = []
+    for name, options in (("infiniband", {}), ("nccl", nccl_options)):
+        collector = build(name, options, node="n1", sysfs_root=tmp_path / "sys", registry=REGISTRY)
+        readings += await collector.collect()
+    got = one_scrape(readings)
+    assert list(got) == [("all_reduce", str(GIB8))]
+    assert 0.91 <= got[("all_reduce", str(GIB8))] <= 1.09
+
+
+def test_nccl_efficiency_is_exported_under_its_catalogued_name() -> None:
+    samples = derive(RateEngine().update(100.0, [*a_run(180e9), *EIGHT_NDR_PORTS]))
+    text = render(samples, "node-001").decode()
+    family = "fabricd_derived_nccl_efficiency_ratio"
+    assert f'{family}{{device="all_reduce",node="node-001",size="{GIB8}"}} 0.50' in text
+    spec = lookup(family)
+    assert spec is not None and spec.type == "gauge" and set(spec.labels) == {"node", "device", "size"}
+    assert f"# HELP {family} NCCL-tests busbw at the run's largest out-of-place size" in text

@@ -234,3 +234,63 @@ def test_options_need_exactly_one_source() -> None:
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\..*exactly one"):
         build("nccl", {"command": ["x"], "log_glob": "/tmp/*.log"}, node="n1", sysfs_root=Path("/sys"),
               registry=REGISTRY)
+
+
+# --- the job's shape and the model's assumptions (what the agent's efficiency needs) ----------------
+
+# (nodes, ranks) read off each fixture's "#  Rank N ... on <host>" lines by hand.
+SHAPES = {
+    "a3mega_all_reduce_2node_16xH100": (2, 16),
+    "oci_all_reduce_2node_16xA100_rdma": (2, 16),
+    "issue369_all_reduce_wrong_failed": (2, 2),  # two GH200 hosts, one rank each
+    "ebpf_all_reduce_mpi_2.18.0_tagged": (1, 2),  # two MPI ranks on one host
+    "superbench_all_gather_legacy": (1, 8),  # one process driving 8 GPUs
+}
+
+
+async def _from_logs(tmp_path: Path, files: dict[str, str], **options: object) -> list[Reading]:
+    logs = tmp_path / "logs"
+    logs.mkdir(parents=True)
+    for name, text in files.items():
+        (logs / name).write_text(text)
+    raw = {"log_glob": str(logs / "*.log"), "settle_seconds": 0, **options}
+    collector = build("nccl", raw, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY)
+    return list(await collector.collect())
+
+
+def _shape(readings: Sequence[Reading]) -> dict[str, float]:
+    return {r.counter: r.value for r in readings if r.counter in {"nodes", "ranks"}}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES))
+async def test_each_run_reports_its_job_shape(tmp_path: Path, case: str) -> None:
+    text = (CASES / "nccl" / case / "input.txt").read_text()
+    readings = await _from_logs(tmp_path, {f"{case}.log": text}, nodes=64)  # the log's hosts win
+    nodes, ranks = SHAPES[case]
+    assert _shape(readings) == {"nodes": nodes, "ranks": ranks}
+    assert {r.kind for r in readings if r.counter in {"nodes", "ranks"}} == {Kind.GAUGE}
+
+
+async def test_nodes_option_sizes_a_log_without_rank_lines(tmp_path: Path) -> None:
+    text = (CASES / "nccl/superbench_all_reduce_legacy/input.txt").read_text()
+    bare = "".join(line for line in text.splitlines(keepends=True) if "  Rank " not in line)
+    assert _shape(await _from_logs(tmp_path / "a", {"x.log": bare})) == {}  # unknown, not guessed
+    # nGpus 8 x nThread 1 per process, one process per node (a per-node ``-g 8`` launch).
+    assert _shape(await _from_logs(tmp_path / "b", {"x.log": bare}, nodes=4)) == {"nodes": 4, "ranks": 32}
+
+
+async def test_model_assumptions_follow_the_options(tmp_path: Path) -> None:
+    text = (CASES / "nccl/a3mega_all_reduce_2node_16xH100/input.txt").read_text()
+
+    def model(readings: Sequence[Reading]) -> list[tuple[float, dict[str, str]]]:
+        return [(r.value, dict(r.labels)) for r in readings if r.counter == "model_efficiency"]
+
+    assert model(await _from_logs(tmp_path / "a", {"x.log": text})) == [(0.9, {"algo": "ring"})]
+    tuned = await _from_logs(tmp_path / "b", {"x.log": text}, algo="tree", model_efficiency=0.87)
+    assert model(tuned) == [(0.87, {"algo": "tree"})]
+    with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\.algo"):
+        build("nccl", {"log_glob": "/x/*.log", "algo": "butterfly"}, node="n1", sysfs_root=Path("/sys"),
+              registry=REGISTRY)
+    with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\.model_efficiency"):
+        build("nccl", {"log_glob": "/x/*.log", "model_efficiency": 1.5}, node="n1", sysfs_root=Path("/sys"),
+              registry=REGISTRY)

@@ -70,17 +70,14 @@ def _from_sysfs(root: Path) -> dict[str, Any]:
     """HCA count and link rate from the node's own sysfs, read by the infiniband collector."""
     from collectors.infiniband import InfinibandCollector
     from fabricd.collector import CollectorContext
+    from fabricd.derived import fabric_ports
 
     readings = asyncio.run(InfinibandCollector(CollectorContext(node="model", sysfs_root=root)).collect())
-    layer = {(r.device, r.port): dict(r.labels).get("link_layer", "") for r in readings if r.counter == "port_info"}
-    active = {(r.device, r.port) for r in readings if r.counter == "state" and r.value == 4}
-    # The GPU fabric is the InfiniBand ports when there are any; otherwise (RoCE) the Ethernet ones.
-    fabric_layer = "InfiniBand" if "InfiniBand" in {layer.get(k) for k in active} else "Ethernet"
-    rates = [r.value for r in readings if r.counter == "rate" and (r.device, r.port) in active
-             and layer.get((r.device, r.port)) == fabric_layer and r.value > 0]  # fmt: skip
-    if not rates:
+    found = fabric_ports(readings)  # the same rule the agent's NCCL efficiency uses
+    if found is None:
         raise ValueError(f"{root}: no active InfiniBand/RoCE port with a rate")
-    return {"hcas_per_node": len(rates), "link_rate_bytes_per_second": max(rates)}
+    hcas, rate = found
+    return {"hcas_per_node": hcas, "link_rate_bytes_per_second": rate}
 
 
 def build_fabric(args: argparse.Namespace) -> Fabric:

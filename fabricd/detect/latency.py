@@ -14,7 +14,8 @@ stop a perfectly flat baseline (a simulator, an idle link) from turning a 1 % wi
 score. The series score is used once the series has ``min_history`` values, the fleet score
 before that; the fleet score is also required for NCCL (a collective is slow for everyone in it).
 
-Straggler: a node whose NCCL times are outliers against the fleet while none of its ports has a
+Straggler: a node whose NCCL times are outliers against the fleet, or whose NCCL-tests efficiency
+(measured / model busbw) stayed low for several runs, while none of its ports has a
 network finding is a node problem (a slow GPU, a throttled host), reported as ``straggler`` with
 the node as the element (``engine`` checks the "network counters clean" part).
 """
@@ -34,6 +35,9 @@ MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal
 MAX_STRAGGLERS = 2  # more nodes slow at once than this: a shared (network) cause
 ANY_ELEMENT = frozenset({"fabric_link", "host_link", "hca", "switch", "node"})
 NETWORK_HOLD_SECONDS = 0.0  # while a network fault is reported, a straggler must stay slow this long
+# A node is slow in its collectives when its NCCL times are outliers against the fleet, or when its
+# runs reach a small fraction of what the performance model predicts (fabricd.perfmodel).
+SLOW_SIGNALS = ("nccl_time_outlier", "nccl_efficiency_sustained")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,7 @@ def _stragglers(ctx: EvalContext) -> list[Proposal]:
     ``NETWORK_HOLD_SECONDS`` (a victim is slow only while its job crosses the fault, and NCCL jobs
     move on; a straggler is slow in every job it joins).
     """
-    slow = ctx.of([IncidentKind.STRAGGLER], ["nccl_time_outlier"])
+    slow = ctx.of([IncidentKind.STRAGGLER], SLOW_SIGNALS)
     ctx.claim(slow)
     by_node: dict[str, list[Finding]] = {}
     for f in slow:

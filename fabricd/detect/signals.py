@@ -28,6 +28,9 @@ link_down_rate                link_downed + link_down_events + carrier_changes +
 probe_loss_fraction           rate(probes_lost) / rate(probes_sent), per (node, peer)      ratio
 rtt_p99                       pingmesh p99 RTT per (node, peer) -> latency baselines       s
 nccl_time                     NCCL-tests time per (node, op, size) -> latency baselines    s
+nccl_efficiency_sustained     best derived ``nccl_efficiency`` (measured / model busbw) of  ratio
+                              the node's last 3 runs per (op, size): below a level only
+                              when every one of them was (3 consecutive runs)
 ============================  ===========================================================  =========
 
 Context kept with each port (not a rule signal): ``utilization`` = rate(port_xmit_data) / link
@@ -36,17 +39,22 @@ rate, and ``rx_utilization`` likewise; evidence shows it so "busy" and "congeste
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabricd.model import Kind, Labels, Sample
 
 IB, ETHTOOL, NETLINK, PINGMESH, NCCL = "infiniband", "ethtool", "netlink", "pingmesh", "nccl"
-SOURCES = frozenset({IB, ETHTOOL, NETLINK, PINGMESH, NCCL})
+DERIVED = "derived"  # signals the agent computed (fabricd.derived); only nccl_efficiency is read here
+SOURCES = frozenset({IB, ETHTOOL, NETLINK, PINGMESH, NCCL, DERIVED})
 # DOMAIN.md: on Quantum switch ports lost bytes ~ delta(port_xmit_wait) x 8 (fabricd.derived agrees).
 XMIT_WAIT_BYTES_PER_TICK = 8.0
 IB_PORT_ACTIVE = 4.0  # sysfs ``state``: "4: ACTIVE"
 NO_PRIORITY: Labels = ()
+# Runs an efficiency drop must last: a healthy node paired once with a slow one is low for one run
+# (jobs rotate their members), a straggler is low in every run it joins.
+EFFICIENCY_RUNS = 3
 
 SIGNALS: dict[str, str] = {
     "ecn_marked_fraction": "ratio of received RoCE packets carrying ECN CE",
@@ -66,6 +74,8 @@ SIGNALS: dict[str, str] = {
     "probe_loss_fraction": "fraction of pingmesh probes lost, per node pair",
     "rtt_p99_outlier": "pingmesh p99 RTT against its robust baselines (score)",
     "nccl_time_outlier": "NCCL-tests time against its robust baselines (score)",
+    "nccl_efficiency_sustained": f"best NCCL-tests efficiency (measured / model busbw) of the node's last "
+                                 f"{EFFICIENCY_RUNS} runs, per op and size",
 }
 
 PHY_ERRORS = ("symbol_error", "port_rcv_errors", "rx_crc_errors", "rx_symbol_errors")
@@ -86,8 +96,9 @@ WANTED: dict[str, frozenset[str]] = {
     NETLINK: frozenset({"qdisc_backlog_bytes", "qdisc_overlimits", "qdisc_drops", "carrier_changes"}),
     PINGMESH: frozenset({"probes_sent", "probes_lost", "rtt_p99"}),
     NCCL: frozenset({"time"}),
+    DERIVED: frozenset({"nccl_efficiency"}),
 }  # fmt: skip
-RAW_NAMED = frozenset({IB, PINGMESH, NCCL})  # sources whose raw counter name is the detector's key
+RAW_NAMED = frozenset({IB, PINGMESH, NCCL, DERIVED})  # sources whose raw counter name is the detector's key
 
 # name -> (metric, port, labels) values of one scrape; counters hold their rate (or None).
 ValueKey = tuple[str, str, Labels]
@@ -151,6 +162,7 @@ class Extractor:
         self.emit = emit
         self.min_pps = min_packets_per_second  # below this an ECN ratio is noise
         self.ports: dict[tuple[str, str, str], PortContext] = {}
+        self.efficiency: dict[tuple[str, str, Labels], deque[float]] = {}  # (node, op, size) -> last runs
 
     def flush(self, rec: Record) -> None:
         handler = _HANDLERS.get(rec.source)
@@ -266,6 +278,20 @@ class Extractor:
             if metric == "time" and v is not None:
                 self.emit("nccl_time", rec.node, rec.device, "", labels, rec.ts, v)
 
+    # --- derived (agent-computed): NCCL-tests efficiency against the performance model -------------
+
+    def derived(self, rec: Record) -> None:
+        for (metric, _, labels), v in rec.values.items():
+            if metric != "nccl_efficiency" or v is None:
+                continue
+            key = (rec.node, rec.device, labels)
+            runs = self.efficiency.get(key)
+            if runs is None:
+                runs = self.efficiency[key] = deque(maxlen=EFFICIENCY_RUNS)
+            runs.append(v)
+            if len(runs) == EFFICIENCY_RUNS:  # the best of the last runs: low only if all of them were
+                self.emit("nccl_efficiency_sustained", rec.node, rec.device, "", labels, rec.ts, max(runs))
+
 
 _HANDLERS: dict[str, Callable[[Extractor, Record], None]] = {
     IB: Extractor.infiniband,
@@ -273,4 +299,5 @@ _HANDLERS: dict[str, Callable[[Extractor, Record], None]] = {
     NETLINK: Extractor.netlink,
     PINGMESH: Extractor.pingmesh,
     NCCL: Extractor.nccl,
+    DERIVED: Extractor.derived,
 }
