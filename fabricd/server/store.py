@@ -15,20 +15,23 @@ import hashlib
 import hmac
 import json
 import secrets
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
+from sqlalchemy import Engine, delete, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
-from fabricd.model import Batch, CollectorHealth, Incident, Kind, Reading, Sample, Status
+from fabricd.model import Batch, CollectorHealth, Incident, Kind, Labels, Reading, Sample, Status
 from fabricd.server import tables as t
 
 SeriesKey = tuple[str, str, str, str, str, str]  # node, source, device, port, counter, labels JSON
 TOKEN_PREFIX = "fabricd_"
+# Series identities kept for the detection stream: ~200 bytes each, so ~200 MB at most.
+IDENTITY_CACHE_MAX = 1_000_000
 ROLES = ("agent", "read", "admin")
 
 
@@ -89,11 +92,6 @@ def labels_json(labels: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(dict(labels), sort_keys=True, separators=(",", ":")) if labels else "{}"
 
 
-def _mark(conn: Connection) -> str:
-    """The DBAPI placeholder: ``?`` for sqlite3, ``%s`` for psycopg."""
-    return "?" if conn.dialect.paramstyle == "qmark" else "%s"
-
-
 def series_key(node: str, r: Reading) -> SeriesKey:
     return (node, r.source, r.device, r.port, r.counter, labels_json(r.labels))
 
@@ -145,201 +143,169 @@ class Store:
         self.engine = engine
         self.sessions = sessionmaker(engine, expire_on_commit=False)
         self._write_lock = threading.Lock()
-        self._series_ids: dict[SeriesKey, int] = {}
-        self._series_count: dict[str, int] = {}
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Job] = []  # batches waiting for the next group commit
+        self._identity: dict[int, tuple[str, Reading]] = {}  # series id -> (node, reading), see read_samples_since
+        self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (the series table is small)
+        self._sql = _IngestSql.for_marker("?" if engine.dialect.paramstyle == "qmark" else "%s")
+        self._driver_integrity_error: type[Exception] = engine.dialect.loaded_dbapi.IntegrityError
 
     # ---- ingest -------------------------------------------------------------------------------
 
     def ingest(self, batch: Batch, now: float, max_series_per_node: int) -> IngestResult:
+        """Store one batch; returns once it is committed (durable), or raises what refused it.
+
+        Group commit: batches that arrive while another thread writes queue up, and the next
+        thread to take the write lock writes every queued batch in one transaction (each batch
+        in its own savepoint, so one refused batch does not take the others with it). One commit
+        (one fsync with ``synchronous=FULL``) then serves several agents, and points still get
+        their ids in commit order.
+        """
+        job = _Job(batch, now, max_series_per_node)
+        with self._queue_lock:
+            self._queue.append(job)
         with self._write_lock:
-            try:
-                with self.engine.begin() as conn:
-                    if self._seen(conn, batch):
-                        return IngestResult(batch.batch_id, 0, True)
-                    conn.execute(
-                        insert(t.IngestedBatch).values(
-                            node=batch.node, batch_id=batch.batch_id, received_ts=now, samples=len(batch.samples)
-                        )
-                    )
-                    self._upsert_node(conn, batch, now)
-                    self._upsert_health(conn, batch.node, batch.health)
-                    ids, new = self._resolve_series(conn, batch, max_series_per_node)
-                    self._insert_points(conn, batch.samples, ids, batch.node)
-            except IntegrityError:
-                # Another request stored the same batch id first (a retry racing its original).
-                return IngestResult(batch.batch_id, 0, True)
-            self._remember(batch.node, new)
-            return IngestResult(batch.batch_id, len(batch.samples), False, len(new))
+            if not job.done:  # else an earlier leader wrote it while this thread waited
+                with self._queue_lock:
+                    group, self._queue = self._queue, []
+                self._write_group(group)
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
 
-    def _seen(self, conn: Connection, batch: Batch) -> bool:
-        q = select(t.IngestedBatch.id).where(
-            t.IngestedBatch.node == batch.node, t.IngestedBatch.batch_id == batch.batch_id
-        )
-        return conn.execute(q).first() is not None
+    def _write_group(self, group: list[_Job]) -> None:
+        grown: dict[str, _NodeSeries] = {}  # series added by this transaction, cached after commit
+        try:
+            with self.engine.begin() as conn:
+                cur = conn.connection.cursor()
+                try:
+                    for job in group:
+                        self._write_job(cur, job, grown)
+                finally:
+                    cur.close()
+        except Exception as exc:  # the transaction is gone (commit failed, I/O error): nothing was kept
+            for job in group:
+                if job.error is None:
+                    job.result, job.error = None, exc
+        else:
+            self._series.update(grown)
+        finally:
+            for job in group:
+                if job.result is None and job.error is None:  # interrupted (KeyboardInterrupt in the leader)
+                    job.error = RuntimeError("ingest was interrupted before this batch was stored")
+                job.done = True
 
-    def _upsert_node(self, conn: Connection, batch: Batch, now: float) -> None:
-        n = len(batch.samples)
-        res = conn.execute(
-            update(t.Node)
-            .where(t.Node.name == batch.node)
-            .values(
-                agent_version=batch.agent_version,
-                last_seen=now,
-                last_batch_ts=batch.created_ts,
-                batches=t.Node.batches + 1,
-                samples=t.Node.samples + n,
-            )
-        )
-        if res.rowcount == 0:
-            conn.execute(
-                insert(t.Node).values(
-                    name=batch.node,
-                    agent_version=batch.agent_version,
-                    first_seen=now,
-                    last_seen=now,
-                    last_batch_ts=batch.created_ts,
-                    batches=1,
-                    samples=n,
-                )
-            )
+    def _write_job(self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]) -> None:
+        """One batch in a savepoint: refused (series limit, a driver error), it leaves no trace."""
+        cur.execute("SAVEPOINT fabricd_batch")
+        try:
+            job.result, node_series = self._write_batch(cur, job.batch, job.now, job.limit, grown)
+        except Exception as exc:
+            cur.execute("ROLLBACK TO SAVEPOINT fabricd_batch")  # raises if the transaction is gone
+            if isinstance(exc, IntegrityError | self._driver_integrity_error):
+                # Another process stored the same batch id (or series) first: nothing of ours was kept.
+                job.result = IngestResult(job.batch.batch_id, 0, True)
+            else:
+                job.error = exc
+        else:
+            if node_series is not None:
+                grown[job.batch.node] = node_series
+        cur.execute("RELEASE SAVEPOINT fabricd_batch")
 
-    def _upsert_health(self, conn: Connection, node: str, health: Sequence[CollectorHealth]) -> None:
-        latest: dict[str, CollectorHealth] = {}
-        for h in health:
-            if h.collector not in latest or h.ts >= latest[h.collector].ts:
-                latest[h.collector] = h
-        if not latest:
-            return
-        names = list(latest)
-        conn.execute(
-            delete(t.CollectorStatus).where(t.CollectorStatus.node == node, t.CollectorStatus.collector.in_(names))
-        )
-        conn.execute(
-            insert(t.CollectorStatus),
-            [
-                {
-                    "node": node,
-                    "collector": h.collector,
-                    "success": h.success,
-                    "duration_seconds": h.duration_seconds,
-                    "ts": h.ts,
-                    "error": h.error[:2000],
-                    "readings": h.readings,
-                }
-                for h in latest.values()
-            ],
-        )
+    def _write_batch(
+        self, cur: Any, batch: Batch, now: float, limit: int, grown: dict[str, _NodeSeries]
+    ) -> tuple[IngestResult, _NodeSeries | None]:
+        """The batch's statements on the raw DBAPI cursor; the node's series if this batch added some."""
+        sql = self._sql
+        cur.execute(sql.claim_batch, (batch.node, batch.batch_id, now, len(batch.samples)))
+        if cur.rowcount == 0:  # the unique (node, batch id): a retry of a stored batch
+            return IngestResult(batch.batch_id, 0, True), None
+        cur.execute(sql.upsert_node, (batch.node, batch.agent_version, now, now, batch.created_ts,
+                                      len(batch.samples)))  # fmt: skip
+        if batch.health:
+            cur.executemany(sql.upsert_health, _health_rows(batch.node, batch.health))
+        known = grown.get(batch.node) or self._known_series(cur, batch.node)
+        sids = _series_ids(batch.samples, known.ids)
+        added = None
+        if None in sids:
+            added = self._add_series(cur, batch, sids, known, limit)
+            sids = _series_ids(batch.samples, added.ids)
+        if batch.samples:
+            rows = _point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
+            sql.insert_points.run(cur, rows)
+            sql.update_latest.run(cur, _latest_rows(rows))
+        new = added.count - known.count if added is not None else 0
+        return IngestResult(batch.batch_id, len(batch.samples), False, new), added
 
-    def _load_node_series(self, conn: Connection, node: str) -> None:
-        if node in self._series_count:
-            return
-        q = select(
-            t.Series.id, t.Series.source, t.Series.device, t.Series.port, t.Series.counter, t.Series.labels
-        ).where(t.Series.node == node)
-        rows = conn.execute(q).all()
-        for sid, source, device, port, counter, labels in rows:
-            self._series_ids[(node, source, device, port, counter, labels)] = sid
-        self._series_count[node] = len(rows)
+    def _known_series(self, cur: Any, node: str) -> _NodeSeries:
+        """The node's series ids, read from the table once per process (ingest is the only writer)."""
+        known = self._series.get(node)
+        if known is None:
+            # Only committed series exist yet in this transaction: safe to cache before commit.
+            known = self._series[node] = self._load_series(cur, node)
+        return known
 
-    def _resolve_series(
-        self, conn: Connection, batch: Batch, limit: int
-    ) -> tuple[dict[SeriesKey, int], dict[SeriesKey, int]]:
-        """Ids for every series in the batch; new ones are inserted (the limit checked first)."""
-        self._load_node_series(conn, batch.node)
-        wanted: dict[SeriesKey, Reading] = {}
-        for s in batch.samples:
-            wanted.setdefault(series_key(batch.node, s.reading), s.reading)
-        ids = {k: self._series_ids[k] for k in wanted if k in self._series_ids}
-        fresh = [k for k in wanted if k not in ids]
+    def _load_series(self, cur: Any, node: str) -> _NodeSeries:
+        cur.execute(self._sql.node_series, (node,))
+        ids = {(src, dev, port, ctr, _labels_of_json(labels)): sid for sid, src, dev, port, ctr, labels in cur}
+        return _NodeSeries(ids, len(ids))
+
+    def _add_series(
+        self, cur: Any, batch: Batch, sids: list[int | None], known: _NodeSeries, limit: int
+    ) -> _NodeSeries:
+        """Insert the batch's new series (after checking the limit); the node's ids, reloaded."""
+        fresh: dict[SeriesKey, Reading] = {}
+        for sid, s in zip(sids, batch.samples, strict=True):
+            if sid is None and not _alias(known.ids, s.reading):
+                fresh.setdefault(series_key(batch.node, s.reading), s.reading)
         if not fresh:
-            return ids, {}
-        existing = self._series_count[batch.node]
-        if existing + len(fresh) > limit:
-            raise SeriesLimitExceeded(batch.node, limit, existing, len(fresh))
-        rows = [
-            {
-                "node": k[0],
-                "source": k[1],
-                "device": k[2],
-                "port": k[3],
-                "counter": k[4],
-                "labels": k[5],
-                "name": wanted[k].metric,
-                "unit": wanted[k].unit,
-                "kind": wanted[k].kind.value,
-            }
-            for k in fresh
-        ]
-        stmt = insert(t.Series).returning(t.Series.id, sort_by_parameter_order=True)
-        new_ids = [row[0] for row in conn.execute(stmt, rows)]
-        new = dict(zip(fresh, new_ids, strict=True))
-        ids.update(new)
-        return ids, new
-
-    def _remember(self, node: str, new: dict[SeriesKey, int]) -> None:
-        # Only after commit: a rolled-back insert must not leave ids that do not exist in the cache.
-        self._series_ids.update(new)
-        self._series_count[node] = self._series_count.get(node, 0) + len(new)
-
-    def _insert_points(self, conn: Connection, samples: Sequence[Sample], ids: dict[SeriesKey, int], node: str) -> None:
-        """One DBAPI executemany with positional rows: SQLAlchemy's per-row parameter processing
-        costs more than SQLite's insert itself at tens of thousands of points per second."""
-        if not samples:
-            return
-        rows: list[tuple[Any, ...]] = []
-        latest: dict[int, Sample] = {}
-        for s in samples:
-            sid = ids[series_key(node, s.reading)]
-            rows.append((sid, s.ts, s.reading.value, s.rate, s.status.value, s.since))
-            if sid not in latest or s.ts >= latest[sid].ts:
-                latest[sid] = s
-        mark = _mark(conn)
-        conn.exec_driver_sql(
-            f"INSERT INTO points (series_id, ts, value, rate, status, since, step) VALUES "
-            f"({', '.join([mark] * 6)}, 0.0)",
-            rows,
+            return known
+        if known.count + len(fresh) > limit:
+            raise SeriesLimitExceeded(batch.node, limit, known.count, len(fresh))
+        cur.executemany(
+            self._sql.insert_series,
+            [(*k, r.metric, r.unit, r.kind.value) for k, r in fresh.items()],
         )
-        self._update_latest(conn, latest)
-
-    def _update_latest(self, conn: Connection, latest: dict[int, Sample]) -> None:
-        # A spooled backlog drains after live data: never let an old point replace a newer latest.
-        m = _mark(conn)
-        conn.exec_driver_sql(
-            f"UPDATE series SET latest_ts = {m}, latest_value = {m}, latest_rate = {m}, latest_status = {m}, "
-            f"latest_since = {m} WHERE id = {m} AND (latest_ts IS NULL OR latest_ts <= {m})",
-            [(x.ts, x.reading.value, x.rate, x.status.value, x.since, sid, x.ts) for sid, x in latest.items()],
-        )
+        grown = self._load_series(cur, batch.node)
+        grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
+        return grown
 
     # ---- detection stream ---------------------------------------------------------------------
 
     def read_samples_since(self, cursor: int, limit: int = 20_000) -> tuple[list[tuple[str, Sample]], int]:
-        """Raw samples stored after ``cursor`` in ingest order, and the cursor to pass next time."""
-        q = (
-            select(t.Point.id, t.Point.ts, t.Point.value, t.Point.rate, t.Point.status, t.Point.since, t.Series)
-            .join(t.Series, t.Series.id == t.Point.series_id)
-            .where(t.Point.id > cursor, t.Point.step == 0.0)
-            .order_by(t.Point.id)
-            .limit(limit)
-        )
-        out: list[tuple[str, Sample]] = []
-        readings: dict[int, Reading] = {}
-        with self.sessions() as s:
-            for pid, ts, value, rate, status, since, row in s.execute(q):
-                base = readings.get(row.id) or readings.setdefault(row.id, _reading_of(row))
-                r = Reading(
-                    base.source,
-                    base.device,
-                    base.port,
-                    base.counter,
-                    value,
-                    base.unit,
-                    base.kind,
-                    base.labels,
-                    base.name,
-                )
-                out.append((row.node, Sample(ts=ts, reading=r, rate=rate, status=Status(status), since=since)))
-                cursor = pid
-        return out, cursor
+        """Raw samples stored after ``cursor`` in ingest order, and the cursor to pass next time.
+
+        The detection loop reads every point ingest stores, so this is on the hot path too: points
+        are read as plain tuples and joined in memory with the series identities (``_identities``),
+        which never change once a series exists.
+        """
+        with self.engine.connect() as conn:
+            cur = conn.connection.cursor()
+            try:
+                cur.execute(self._sql.read_points, (cursor, limit))
+                rows = cur.fetchall()
+                idents = self._identities(cur, {row[1] for row in rows})
+            finally:
+                cur.close()
+        return _samples_of(rows, idents), (rows[-1][0] if rows else cursor)
+
+    def _identities(self, cur: Any, ids: set[int]) -> dict[int, tuple[str, Reading]]:
+        """(node, reading with value 0) of each series id, from the cache or the series table."""
+        cache = self._identity
+        missing = [sid for sid in ids if sid not in cache]
+        if len(cache) + len(missing) > IDENTITY_CACHE_MAX:
+            cache.clear()  # bounded memory for a huge fleet: refill from the table
+            missing = list(ids)
+        for start in range(0, len(missing), 2000):  # 2,000 ids: under both drivers' parameter limits
+            chunk = missing[start : start + 2000]
+            if self._sql.mark == "%s":  # one array parameter: psycopg re-parses long query texts
+                cur.execute(self._sql.series_identity.format(ids="= ANY(%s)"), (chunk,))
+            else:
+                cur.execute(self._sql.series_identity.format(ids=f"IN ({', '.join('?' * len(chunk))})"), chunk)
+            for sid, node, *rest in cur.fetchall():
+                cache[sid] = (sys.intern(node), _identity_reading(*rest))
+        return cache
 
     def last_point_id(self) -> int:
         with self.sessions() as s:
@@ -363,21 +329,28 @@ class Store:
     def latest(
         self, node: str | None = None, source: str | None = None, fresh_since: float | None = None
     ) -> list[tuple[str, Sample]]:
-        """The latest sample of each series (optionally of one node/source, seen since a time)."""
-        q = select(t.Series).where(t.Series.latest_ts.is_not(None)).order_by(t.Series.node, t.Series.id)
-        if node is not None:
-            q = q.where(t.Series.node == node)
-        if source is not None:
-            q = q.where(t.Series.source == source)
-        if fresh_since is not None:
-            q = q.where(t.Series.latest_ts >= fresh_since)
-        out: list[tuple[str, Sample]] = []
-        with self.sessions() as s:
-            for row in s.scalars(q):
-                sample = _latest_of(row, _reading_of(row))
-                if sample is not None:
-                    out.append((row.node, sample))
-        return out
+        """The latest sample of each series (optionally of one node/source, seen since a time).
+
+        ``/metrics`` calls this for the whole fleet on every scrape: plain tuples joined in memory with
+        the cached series identities, as ``read_samples_since`` (ORM entities cost ~50 us a series).
+        """
+        m = self._sql.mark
+        where, params = ["latest_ts IS NOT NULL", "latest_value IS NOT NULL"], []
+        for cond, val in ((f"node = {m}", node), (f"source = {m}", source), (f"latest_ts >= {m}", fresh_since)):
+            if val is not None:
+                where.append(cond)
+                params.append(val)
+        q = (f"SELECT id, latest_ts, latest_value, latest_rate, latest_status, latest_since FROM series "
+             f"WHERE {' AND '.join(where)} ORDER BY node, id")  # fmt: skip
+        with self.engine.connect() as conn:
+            cur = conn.connection.cursor()
+            try:
+                cur.execute(q, params)
+                rows = cur.fetchall()
+                idents = self._identities(cur, {row[0] for row in rows})
+            finally:
+                cur.close()
+        return _latest_samples(rows, idents)
 
     def find_series(
         self,
@@ -649,6 +622,250 @@ def downsample(
             }
         )
     return out
+
+
+# ---- ingest helpers (module level: the hot loops avoid attribute lookups on self) --------------
+
+# Status by its stored text: a dict hit instead of ``Status(text)``'s EnumType.__call__.
+_STATUSES: dict[str, Status] = {st.value: st for st in Status}
+IdentityKey = tuple[str, str, str, str, Labels]  # source, device, port, counter, labels: one node's series
+PointRow = tuple[int, float, float, float | None, str, float | None]  # series_id, ts, value, rate, status, since
+
+
+@dataclass(slots=True)
+class _Job:
+    """A batch waiting for a group commit, and its outcome once ``done``."""
+
+    batch: Batch
+    now: float
+    limit: int
+    done: bool = False
+    result: IngestResult | None = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _NodeSeries:
+    """One node's series ids by identity, and how many series the node has in the table.
+
+    The labels part of the key is the reading's own tuple; a tuple that is not sorted is added as an
+    alias of the sorted one (``_alias``), so ``count`` and not ``len(ids)`` is the series count."""
+
+    ids: dict[IdentityKey, int]
+    count: int
+
+
+class _ManyRows:
+    """One statement for many rows (``VALUES (..), (..), ..``), run in power-of-two sized chunks.
+
+    Python's sqlite3 releases the GIL around every ``sqlite3_step``, so an executemany of 500 rows
+    gives the GIL away 500 times, and under concurrent requests (decoding, the event loop) the writer
+    can wait up to the switch interval (5 ms) each time to get it back: measured, the server stored
+    points 3x slower than the same executemany in a quiet process. One statement per chunk steps
+    once. Power-of-two sizes keep the distinct statement texts few, so each is prepared once and
+    then found in the driver's statement cache (sqlite3's ``cached_statements``, psycopg's
+    ``prepare_threshold``). 512 rows x 7 parameters stays far below both drivers' parameter limits.
+    """
+
+    MAX_ROWS = 512
+
+    def __init__(self, template: str, row: str) -> None:
+        self.template, self.row = template, row
+        self._texts: dict[int, str] = {}
+
+    def text(self, rows: int) -> str:
+        sql = self._texts.get(rows)
+        if sql is None:
+            sql = self._texts[rows] = self.template.format(values=", ".join([self.row] * rows))
+        return sql
+
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        start, n = 0, len(rows)
+        while start < n:
+            size = min(self.MAX_ROWS, 1 << ((n - start).bit_length() - 1))
+            cur.execute(self.text(size), [x for row in rows[start : start + size] for x in row])
+            start += size
+
+
+class _ArrayRows:
+    """PostgreSQL: one statement for all rows, one array parameter per column (``unnest``).
+
+    psycopg parses every query text longer than 4 KiB again on each execute (its query cache
+    skips long texts), which made ``_ManyRows``' 512-row VALUES slower than executemany there;
+    arrays keep the text short and constant, and psycopg dumps each list in C.
+    """
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        if rows:
+            cur.execute(self.sql, [list(column) for column in zip(*rows, strict=True)])
+
+
+@dataclass(frozen=True, slots=True)
+class _IngestSql:
+    """Ingest's statements in the driver's placeholder style, run on the raw DBAPI cursor.
+
+    SQLAlchemy's per-statement and per-row work costs more than SQLite's own at tens of thousands of
+    points per second (bench/run.py). ``ON CONFLICT`` (SQLite >= 3.24, PostgreSQL >= 9.5) makes the
+    batch-id check, the node and the collector health one statement each; the unique
+    (node, batch id) makes a retried batch a no-op. ``UPDATE .. FROM`` needs SQLite >= 3.33.
+    """
+
+    mark: str
+    claim_batch: str
+    upsert_node: str
+    upsert_health: str
+    insert_series: str
+    node_series: str
+    insert_points: _ManyRows | _ArrayRows
+    update_latest: _ManyRows | _ArrayRows
+    read_points: str
+    series_identity: str  # {ids}: the id condition
+
+    @classmethod
+    def for_marker(cls, m: str) -> _IngestSql:
+        def marks(n: int) -> str:
+            return ", ".join([m] * n)
+
+        bulk = _bulk_statements_postgres() if m == "%s" else _bulk_statements_sqlite()
+        return cls(
+            mark=m,
+            claim_batch=f"INSERT INTO ingested_batches (node, batch_id, received_ts, samples) VALUES ({marks(4)}) "
+            "ON CONFLICT (node, batch_id) DO NOTHING",
+            upsert_node="INSERT INTO nodes (name, agent_version, first_seen, last_seen, last_batch_ts, batches, "
+            f"samples) VALUES ({marks(5)}, 1, {m}) ON CONFLICT (name) DO UPDATE SET "
+            "agent_version = excluded.agent_version, last_seen = excluded.last_seen, "
+            "last_batch_ts = excluded.last_batch_ts, batches = nodes.batches + 1, "
+            "samples = nodes.samples + excluded.samples",
+            upsert_health="INSERT INTO collector_status (node, collector, success, duration_seconds, ts, error, "
+            f"readings) VALUES ({marks(7)}) ON CONFLICT (node, collector) DO UPDATE SET "
+            "success = excluded.success, duration_seconds = excluded.duration_seconds, ts = excluded.ts, "
+            "error = excluded.error, readings = excluded.readings",
+            insert_series="INSERT INTO series (node, source, device, port, counter, labels, name, unit, kind) "
+            f"VALUES ({marks(9)}) ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING",
+            node_series=f"SELECT id, source, device, port, counter, labels FROM series WHERE node = {m}",
+            insert_points=bulk[0],
+            update_latest=bulk[1],
+            read_points=f"SELECT id, series_id, ts, value, rate, status, since FROM points WHERE id > {m} "
+            f"AND step = 0.0 ORDER BY id LIMIT {m}",
+            series_identity="SELECT id, node, source, device, port, counter, name, unit, kind, labels FROM series "
+            "WHERE id {ids}",
+        )
+
+
+# Columns of a point row (PointRow) and the condition that keeps a newer latest value: a spooled
+# backlog drains after live data, and an old point must never replace a newer latest.
+_POINT_COLUMNS = "series_id, ts, value, rate, status, since, step"
+_SET_LATEST = (
+    "UPDATE series SET latest_ts = v.ts, latest_value = v.value, latest_rate = v.rate, latest_status = v.status, "
+    "latest_since = v.since FROM {source} WHERE series.id = v.id AND (series.latest_ts IS NULL OR series.latest_ts <= v.ts)"
+)
+
+
+def _bulk_statements_sqlite() -> tuple[_ManyRows, _ManyRows]:
+    """Points and latest values for sqlite3 (``UPDATE .. FROM`` needs SQLite >= 3.33)."""
+    return (
+        _ManyRows(f"INSERT INTO points ({_POINT_COLUMNS}) VALUES {{values}}", "(?, ?, ?, ?, ?, ?, 0.0)"),
+        _ManyRows(
+            "WITH v (id, ts, value, rate, status, since) AS (VALUES {values}) " + _SET_LATEST.format(source="v"),
+            "(?, ?, ?, ?, ?, ?)",
+        ),
+    )
+
+
+def _bulk_statements_postgres() -> tuple[_ArrayRows, _ArrayRows]:
+    # %b: binary parameters; psycopg dumps a list in text form element by element with a regex.
+    arrays = "unnest(%b::bigint[], %b::float8[], %b::float8[], %b::float8[], %b::text[], %b::float8[])"
+    return (
+        _ArrayRows(f"INSERT INTO points ({_POINT_COLUMNS}) SELECT v.*, 0.0 FROM {arrays} AS v"),
+        _ArrayRows(_SET_LATEST.format(source=f"{arrays} AS v (id, ts, value, rate, status, since)")),
+    )
+
+
+def _identity_reading(
+    source: str, device: str, port: str, counter: str, name: str, unit: str, kind: str, labels: str
+) -> Reading:
+    # Interned: a fleet repeats the same few hundred names on every node, so the cache stays small.
+    i = sys.intern
+    return Reading(i(source), i(device), i(port), i(counter), 0.0, i(unit), Kind(kind), _labels_of_json(labels), i(name))
+
+
+def _samples_of(rows: Sequence[Any], idents: dict[int, tuple[str, Reading]]) -> list[tuple[str, Sample]]:
+    """(node, sample) of each (id, series_id, ts, value, rate, status, since) point row."""
+    out: list[tuple[str, Sample]] = []
+    append, statuses = out.append, _STATUSES
+    for _pid, sid, ts, value, rate, status, since in rows:
+        ident = idents.get(sid)
+        if ident is None:  # a point of a series that does not exist (no foreign key): as the old inner join
+            continue
+        node, b = ident
+        r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
+        append((node, Sample(ts, r, rate, statuses.get(status) or Status(status), since)))
+    return out
+
+
+def _latest_samples(rows: Sequence[Any], idents: dict[int, tuple[str, Reading]]) -> list[tuple[str, Sample]]:
+    """(node, sample) of each (series id, ts, value, rate, status, since) ``series.latest_*`` row."""
+    out: list[tuple[str, Sample]] = []
+    append, statuses = out.append, _STATUSES
+    for sid, ts, value, rate, status, since in rows:
+        node, b = idents[sid]
+        r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
+        append((node, Sample(ts, r, rate, statuses.get(status or "ok") or Status(status), since)))
+    return out
+
+
+def _labels_of_json(text: str) -> Labels:
+    return tuple(sorted(json.loads(text).items())) if text != "{}" else ()
+
+
+def _alias(ids: dict[IdentityKey, int], r: Reading) -> bool:
+    """Map an unsorted (or repeated-key) label tuple to its stored series, if there is one."""
+    canonical = tuple(sorted(dict(r.labels).items()))
+    sid = ids.get((r.source, r.device, r.port, r.counter, canonical))
+    if sid is None:
+        return False
+    ids[(r.source, r.device, r.port, r.counter, r.labels)] = sid
+    return True
+
+
+def _series_ids(samples: Sequence[Sample], ids: dict[IdentityKey, int]) -> list[int | None]:
+    get = ids.get
+    return [get((r.source, r.device, r.port, r.counter, r.labels)) for s in samples for r in [s.reading]]
+
+
+def _point_rows(samples: Sequence[Sample], sids: list[int]) -> list[PointRow]:
+    # ``_value_``: the enum's plain str (``.value`` is a descriptor call, several times slower).
+    return [
+        (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since)
+        for sid, s in zip(sids, samples, strict=True)
+    ]
+
+
+def _latest_rows(rows: list[PointRow]) -> Sequence[PointRow]:
+    """Per series, the newest point of the batch (the later one on a tie): ``update_latest``'s rows."""
+    latest: dict[int, PointRow] = {row[0]: row for row in rows}
+    if len(latest) == len(rows):
+        return rows
+    latest = {}  # a series twice in one batch: keep the newest, not the last sent
+    for row in rows:
+        old = latest.get(row[0])
+        if old is None or row[1] >= old[1]:
+            latest[row[0]] = row
+    return list(latest.values())
+
+
+def _health_rows(node: str, health: Sequence[CollectorHealth]) -> list[tuple[Any, ...]]:
+    """One row per collector: its newest report in the batch."""
+    latest: dict[str, CollectorHealth] = {}
+    for h in health:
+        if h.collector not in latest or h.ts >= latest[h.collector].ts:
+            latest[h.collector] = h
+    return [
+        (node, h.collector, h.success, h.duration_seconds, h.ts, h.error[:2000], h.readings) for h in latest.values()
+    ]
 
 
 def _with_note(text: str, note: str) -> str:
