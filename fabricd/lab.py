@@ -15,7 +15,8 @@ even when the body raised. Sockets for in-process agents are opened inside a hos
 short-lived thread that ``setns()``s into it (a socket keeps the namespace it was created in).
 
 ``python -m fabricd.lab demo`` runs the congestion demonstration (``make demo``);
-``python -m fabricd.lab blast ...`` is the bulk sender the lab starts inside a namespace.
+``python -m fabricd.lab blast ...`` is the bulk sender the lab starts inside a namespace;
+``stream``/``sink`` are the two ends of a TCP bulk flow with a clamped receive window.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import ctypes
 import enum
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -270,11 +272,25 @@ class Lab:
         return proc
 
     def blast(self, src: str, dst: str, *, rate_bytes_per_second: int, seconds: float, port: int = 9,
-              size: int = 1200) -> subprocess.Popen[bytes]:
+              size: int = 1200, poisson: bool = False) -> subprocess.Popen[bytes]:
         """A bounded UDP bulk flow from ``src`` to ``dst`` (a separate process inside ``src``)."""
         argv = [sys.executable, "-m", "fabricd.lab", "blast", self.address(dst), str(port),
-                str(rate_bytes_per_second), str(seconds), str(size)]
+                str(rate_bytes_per_second), str(seconds), str(size), *(["--poisson"] if poisson else [])]
         return self.spawn(src, argv)
+
+    def stream(self, src: str, dst: str, *, window_bytes: int, seconds: float, port: int = 5201,
+               ) -> subprocess.Popen[bytes]:
+        """A TCP bulk flow from ``src`` to ``dst`` whose receive window is clamped to ``window_bytes``.
+
+        Congestion without loss: TCP never has more than the advertised window in flight, so behind
+        a bottleneck with a larger queue limit the flow keeps a standing queue of about the window
+        and nothing is dropped (a UDP flow above the bottleneck rate fills the queue and then drops
+        the excess). Returns the sender; the sink is started first and ends on its own.
+        """
+        address = self.address(dst)
+        self.spawn(dst, [sys.executable, "-m", "fabricd.lab", "sink", address, str(port), str(window_bytes),
+                         str(seconds + 5)])
+        return self.spawn(src, [sys.executable, "-m", "fabricd.lab", "stream", address, str(port), str(seconds)])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -312,24 +328,81 @@ def _qdisc_stats(msg: Any) -> QdiscStats:
 # --- the bulk sender (runs as its own process inside a namespace) --------------------------------
 
 
-def blast(address: str, port: int, rate_bytes_per_second: int, seconds: float, size: int) -> int:
+def blast(address: str, port: int, rate_bytes_per_second: int, seconds: float, size: int,
+          poisson: bool = False) -> int:
     """Send UDP datagrams at a paced rate for a bounded time; returns how many were sent.
 
     Paced finely (what is owed every ~0.5 ms), not in big bursts: a bursty sender leaves a small FIFO
     room between bursts and other flows slip through, which is not what a congested link looks like.
+    ``poisson`` draws the gaps from an exponential distribution instead (same mean rate): the
+    arrivals of many independent senders, which overflow a small FIFO now and then even below the
+    link rate (M/D/1/K) while leaving it room most of the time.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     payload = bytes(size)
+    packets_per_second = rate_bytes_per_second / size
+    rng = random.Random()
     start = time.monotonic()
-    sent = 0
+    sent, due = 0, 0.0
     while (elapsed := time.monotonic() - start) < seconds:
-        owed = int(elapsed * rate_bytes_per_second / size) + 1 - sent
-        for _ in range(owed):
+        while due <= elapsed:
             with contextlib.suppress(OSError):  # ENOBUFS under a full qdisc is the point
                 sock.sendto(payload, (address, port))
             sent += 1
+            due += rng.expovariate(packets_per_second) if poisson else 1.0 / packets_per_second
         time.sleep(0.0005)
     return sent
+
+
+def sink(address: str, port: int, window_bytes: int, seconds: float) -> int:
+    """Accept one TCP connection and read it to the end; returns the bytes received.
+
+    ``TCP_WINDOW_CLAMP`` on the listener is inherited by the accepted socket (tcp(7)): the window
+    this receiver advertises, hence what the sender may have in flight, stays at ``window_bytes``.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, window_bytes)
+        listener.bind((address, port))
+        listener.listen(1)
+        listener.settimeout(seconds)
+        conn, _ = listener.accept()
+        total = 0
+        with conn:
+            conn.settimeout(seconds)
+            while chunk := conn.recv(1 << 16):
+                total += len(chunk)
+        return total
+
+
+def stream(address: str, port: int, seconds: float) -> int:
+    """Send a TCP bulk flow for a bounded time (retrying the connect while the sink starts).
+
+    Congestion control is pinned to cubic, which is loss-based and so keeps all it may send in the
+    bottleneck queue; a host defaulting to BBR would drain the queue it measures (BBR's design),
+    leaving no standing queue to see.
+    """
+    deadline = time.monotonic() + seconds
+    sock = _connect(address, port, deadline)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+    payload = bytes(1 << 16)
+    sent = 0
+    with sock:
+        sock.settimeout(max(1.0, seconds))
+        while time.monotonic() < deadline:
+            sock.sendall(payload)
+            sent += len(payload)
+    return sent
+
+
+def _connect(address: str, port: int, deadline: float) -> socket.socket:
+    while True:
+        try:
+            return socket.create_connection((address, port), timeout=1.0)
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
 
 
 # --- demo ---------------------------------------------------------------------------------------
@@ -371,11 +444,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("rate", type=int, help="bytes per second")
     b.add_argument("seconds", type=float)
     b.add_argument("size", type=int)
+    b.add_argument("--poisson", action="store_true", help="exponential gaps instead of even pacing")
+    k = sub.add_parser("sink", help="TCP receiver with a clamped window")
+    k.add_argument("address")
+    k.add_argument("port", type=int)
+    k.add_argument("window", type=int, help="bytes")
+    k.add_argument("seconds", type=float)
+    t = sub.add_parser("stream", help="TCP bulk sender")
+    t.add_argument("address")
+    t.add_argument("port", type=int)
+    t.add_argument("seconds", type=float)
     d = sub.add_parser("demo", help="congestion demo on a 4-host lab (needs root)")
     d.add_argument("--seconds", type=float, default=8)
     args = parser.parse_args(argv)
     if args.cmd == "blast":
-        blast(args.address, args.port, args.rate, args.seconds, args.size)
+        blast(args.address, args.port, args.rate, args.seconds, args.size, args.poisson)
+    elif args.cmd == "sink":
+        sink(args.address, args.port, args.window, args.seconds)
+    elif args.cmd == "stream":
+        stream(args.address, args.port, args.seconds)
     else:
         asyncio.run(_demo(args.seconds))
     return 0
