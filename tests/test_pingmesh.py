@@ -76,7 +76,8 @@ def test_rtt_summary_covers_one_interval() -> None:
     rtt = ledger.take_rtt()
     assert rtt is not None
     assert (rtt.count, rtt.min, rtt.max) == (5, 0.001, 0.1)
-    assert rtt.p50 == pytest.approx(0.003, rel=1e-3) and rtt.p99 == pytest.approx(0.1, rel=1e-3)
+    # Quantiles come from an HDR histogram with HIST_DIGITS=2 significant digits: within 1 %.
+    assert rtt.p50 == pytest.approx(0.003, rel=1e-2) and rtt.p99 == pytest.approx(0.1, rel=1e-2)
     assert ledger.take_rtt() is None  # a new interval with no replies has no RTT
 
 
