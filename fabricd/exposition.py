@@ -24,6 +24,7 @@ import re
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
@@ -103,6 +104,12 @@ class SeriesBudget:
         return fam
 
 
+class SeriesSink(Protocol):
+    """Where ``add_sample`` puts each exposed series: ``_Builder``, or the central's fleet text cache."""
+
+    def add(self, mtype: str, name: str, labels: Mapping[str, str], value: float, doc: str) -> None: ...
+
+
 class _Builder:
     """Families keyed by name; one name never gets two types, a series never appears twice."""
 
@@ -116,9 +123,9 @@ class _Builder:
     def add(self, mtype: str, name: str, labels: Mapping[str, str], value: float, doc: str) -> None:
         fam = self.fams.get(name)
         if fam is None:
-            if self.owner.setdefault(_exposed(name, mtype), name) != name:
+            if self.owner.setdefault(exposed_name(name, mtype), name) != name:
                 return self._refuse(name, "type_conflict")  # a gauge "x_total" next to a counter "x"
-            fam = self.fams[name] = Metric(name, catalogue.help_for(_exposed(name, mtype)) or doc, mtype)
+            fam = self.fams[name] = Metric(name, catalogue.help_for(exposed_name(name, mtype)) or doc, mtype)
             self.series[name] = {}
         if fam.type != mtype:
             return self._refuse(name, "type_conflict")
@@ -128,14 +135,11 @@ class _Builder:
         series = self.series[name]
         if key not in series and len(series) >= self.budget.limits.max_series_per_family:
             return self._refuse(name, "family_cap")
-        series[key] = (_exposed(name, mtype), value)  # a repeat of a series: the last value wins
+        series[key] = (exposed_name(name, mtype), value)  # a repeat of a series: the last value wins
         return None
 
     def _refuse(self, name: str, reason: str) -> None:
-        self.budget.refused[(name, reason)] += 1
-        if (name, reason) not in self.logged:
-            self.logged.add((name, reason))
-            log.warning("exporter refused series of %s (%s)", name, reason)
+        refuse(self.budget, self.logged, name, reason)
 
     def build(self) -> list[Metric]:
         out = []
@@ -147,7 +151,15 @@ class _Builder:
         return out
 
 
-def _exposed(name: str, mtype: str) -> str:
+def refuse(budget: SeriesBudget, logged: set[tuple[str, str]], name: str, reason: str) -> None:
+    """Count a refused series; log each (family, reason) once per scrape, not once per series."""
+    budget.refused[(name, reason)] += 1
+    if (name, reason) not in logged:
+        logged.add((name, reason))
+        log.warning("exporter refused series of %s (%s)", name, reason)
+
+
+def exposed_name(name: str, mtype: str) -> str:
     return f"{name}_total" if mtype == "counter" else name
 
 
@@ -167,7 +179,8 @@ def _labels(sample: Sample, node: str | None) -> dict[str, str]:
     return labels
 
 
-def _add_sample(b: _Builder, s: Sample, node: str | None) -> None:
+def add_sample(b: SeriesSink, s: Sample, node: str | None) -> None:
+    """The exposed series of one sample (0 to 3: value, rate, saturation), named and labelled."""
     r = s.reading
     stem = metric_stem(r.source, r.metric, r.unit)
     labels = _labels(s, node)
@@ -189,6 +202,26 @@ def _add_sample(b: _Builder, s: Sample, node: str | None) -> None:
         b.add("gauge", f"{stem}_last_timestamp_seconds", labels, s.ts, f"Event time of the last {where}")
 
 
+def sample_values(s: Sample) -> list[float]:
+    """The values ``add_sample`` gives its series, in the same order: what changes between scrapes of
+    one series (the names and labels do not, so the central caches them; see ``fleet_text``)."""
+    r = s.reading
+    if r.kind is Kind.COUNTER:
+        values = [r.value]
+        if s.rate is not None:
+            values.append(s.rate)
+        if s.status is Status.SATURATED:
+            values.append(s.since if s.since is not None else s.ts)
+        return values
+    if r.kind is Kind.GAUGE:
+        return [r.value]
+    if r.kind is Kind.INFO:
+        return [1.0]
+    if r.kind is Kind.EVENT:
+        return [s.ts]
+    return []
+
+
 def families(samples: Iterable[Sample], node: str | None = None, *,
              budget: SeriesBudget | None = None) -> list[Metric]:  # fmt: skip
     """The metric families for one node's samples (``node`` becomes a label when given)."""
@@ -201,7 +234,7 @@ def fleet_families(by_node: Iterable[tuple[str | None, Iterable[Sample]]],
     builder = _Builder(budget or SeriesBudget())
     for node, samples in by_node:
         for s in samples:
-            _add_sample(builder, s, node)
+            add_sample(builder, s, node)
     return builder.build()
 
 

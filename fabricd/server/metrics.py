@@ -1,8 +1,10 @@
 """``/metrics`` of the central service: the fleet view and the service's own health.
 
 The fleet view is rendered at scrape time by ``FleetCollector`` from the latest point of each
-series (``series.latest_*``), named by ``fabricd.exposition.families`` with a ``node`` label, so a
-Prometheus scraping the central sees the same names as one scraping an agent. Series not updated
+series (``series.latest_*``), named by ``fabricd.exposition.add_sample`` with a ``node`` label, so a
+Prometheus scraping the central sees the same names as one scraping an agent. ``render`` writes the
+fleet families as text from cached series prefixes (``fleet_text``: ~0.5 M series within a scrape
+timeout) and the rest with prometheus_client; the format is text 0.0.4 (no OpenMetrics). Series not updated
 for ``metrics_stale_seconds`` are left out (a node that went away stops being exported instead of
 freezing at its last value). Everything registers in the app's own ``CollectorRegistry``.
 """
@@ -13,12 +15,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from fabricd.exposition import SeriesBudget, fleet_families
-from fabricd.model import IncidentKind, Sample, Severity
+from fabricd.exposition import SeriesBudget
+from fabricd.model import IncidentKind, Severity
+from fabricd.server.fleet_text import FleetText, TextFamily, gc_paused
 from fabricd.server.store import Store
 
 log = logging.getLogger("fabricd.server.metrics")
@@ -67,11 +70,35 @@ class ServerMetrics:
         )
 
 
+def render(registry: CollectorRegistry) -> bytes:
+    """The registry in the Prometheus text format 0.0.4, as ``generate_latest`` renders it, except
+    that fleet families (``TextFamily``) render themselves from their cached series prefixes."""
+    plain: list[Metric] = []
+    fleet: list[str] = []
+    for metric in registry.collect():
+        if isinstance(metric, TextFamily):
+            fleet.append(metric.text())
+        else:
+            plain.append(metric)
+    return generate_latest(_Fixed(plain)) + "".join(fleet).encode()
+
+
+class _Fixed(Collector):
+    """Already collected metrics, for ``generate_latest``."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
+
+
 class FleetCollector(Collector):
     def __init__(self, store: Store, stale_seconds: float, clock: Callable[[], float] = time.time) -> None:
         self.store, self.stale_seconds, self.clock = store, stale_seconds, clock
         # Per-family caps across the fleet; series refused are counted, never silently dropped.
         self.budget = SeriesBudget()
+        self.text = FleetText(self.budget)  # caches each series' rendered name and labels
 
     def describe(self) -> list[Metric]:
         return []  # no describe-time queries: the database may not be migrated yet at registration
@@ -90,11 +117,10 @@ class FleetCollector(Collector):
         yield from metrics
         yield self.budget.refused_family()
 
-    def _fleet(self) -> list[Metric]:
-        by_node: dict[str, list[Sample]] = {}
-        for node, sample in self.store.latest(fresh_since=self.clock() - self.stale_seconds):
-            by_node.setdefault(node, []).append(sample)
-        return fleet_families(by_node.items(), self.budget)
+    def _fleet(self) -> list[TextFamily]:
+        # Rows come ordered by node, so families hold their series node by node, as when grouped.
+        with gc_paused():
+            return self.text.families(self.store.latest(fresh_since=self.clock() - self.stale_seconds))
 
     def _agents(self) -> list[Metric]:
         seen = GaugeMetricFamily(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import anyio.to_thread
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from fabricd.server import db
 from fabricd.server.api_models import StatusOut
 from fabricd.server.deps import Reader, Svc
+from fabricd.server.metrics import render
 from fabricd.server.routes.common import AUTH_ERRORS
 
 router = APIRouter(tags=["system"])
@@ -36,7 +37,7 @@ async def readyz(svc: Svc) -> JSONResponse:
     "/metrics", summary="Prometheus exposition: fleet view and the service's own metrics", response_class=Response
 )
 def metrics(svc: Svc) -> Response:
-    return Response(generate_latest(svc.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(render(svc.registry), media_type=CONTENT_TYPE_LATEST)  # text 0.0.4
 
 
 @router.get("/api/v1/status", response_model=StatusOut, responses=AUTH_ERRORS, summary="Fleet summary")
