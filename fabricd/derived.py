@@ -50,6 +50,9 @@ IB_INPUTS = frozenset({
 MODEL_INPUTS = frozenset({"busbw", "nodes", "ranks", "model_efficiency", "rate", "state", "port_info"})
 
 
+_WANTED = IB_INPUTS | MODEL_INPUTS
+
+
 def derive(samples: Sequence[Sample]) -> list[Sample]:
     """Every derived signal the inputs allow."""
     model: list[Sample] = []
@@ -71,23 +74,31 @@ def index_inputs(samples: Sequence[Sample], model: list[Sample] | None = None
     key keeps its first position and its last sample, as a dict does) and the honest pause durations.
     When ``model`` is given, the rate-less samples named in ``MODEL_INPUTS`` are appended to it.
 
-    Runs on every scrape over every sample, so it does no more than it must: identity checks for the
-    status (an enum's hash is a Python call) and set lookups of interned names.
+    Runs on every scrape over every sample, so most samples cost a few set lookups of interned
+    names; only the candidates have their rate and status checked (by identity: an enum's hash is
+    a Python call).
     """
-    ok, wrapped = Status.OK, Status.WRAPPED
     ib: dict[tuple[str, str, str], Sample] = {}
     paused: list[Sample] = []
     for s in samples:
-        if s.rate is None or (s.status is not ok and s.status is not wrapped):
-            if model is not None and s.reading.counter in MODEL_INPUTS:
+        r = s.reading
+        counter = r.counter
+        if counter not in _WANTED and r.name not in PAUSE_DURATIONS:
+            continue
+        wanted_ib = counter in IB_INPUTS and r.source == IB
+        if s.rate is None or not _honest(s.status):
+            if model is not None and counter in MODEL_INPUTS:
                 model.append(s)
             continue
-        r = s.reading
-        if r.counter in IB_INPUTS and r.source == IB:
-            ib[(r.device, r.port, r.counter)] = s
+        if wanted_ib:
+            ib[(r.device, r.port, counter)] = s
         if r.name in PAUSE_DURATIONS:
             paused.append(s)
     return ib, paused
+
+
+def _honest(status: Status) -> bool:
+    return status is Status.OK or status is Status.WRAPPED
 
 
 def _derived(src: Sample, port: str, name: str, value: float, unit: str, labels: Labels = ()) -> Sample:

@@ -73,6 +73,10 @@ class Reading:
     width: int = 64
     saturates: bool = False
     scale: float = 1.0  # factor applied to the raw value (4 for IB data words); width applies to raw
+    # ``key()`` computed once and kept: RateEngine looks every counter up by it on every scrape, and
+    # collectors reuse a Reading while its file is unchanged. A cache, not part of the value: not
+    # an __init__ argument (``dataclasses.replace`` starts it afresh), not compared, not shown.
+    series: tuple[str, str, str, str, Labels] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def metric(self) -> str:

@@ -8,18 +8,23 @@ be cancelled) and is not started twice: it is reported as failed until it return
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import queue
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fabricd import logs
 from fabricd.collector import Collector, build
 from fabricd.model import CollectorHealth, Reading
 
 log = logging.getLogger("fabricd.agent")
+T = TypeVar("T")
 
 
 @dataclass
@@ -51,7 +56,9 @@ class CollectorRunner:
         self._running: dict[str, asyncio.Task[Sequence[Reading]]] = {}
 
     async def scrape(self, ts: float) -> ScrapeResult:
-        results = await asyncio.gather(*(self._run_one(n, c, ts) for n, c in self.collectors.items()))
+        runs = [self._run_one(n, c, ts) for n, c in self.collectors.items()]
+        # gather() wraps each run in a task of its own: measurable per scrape, and useless for one.
+        results = [await runs[0]] if len(runs) == 1 else await asyncio.gather(*runs)
         out = ScrapeResult(ts=ts)
         for readings, health in results:
             out.readings.extend(readings)
@@ -66,10 +73,8 @@ class CollectorRunner:
         task = asyncio.ensure_future(collector.collect())
         self._running[name] = task
         try:
-            readings = await asyncio.wait_for(asyncio.shield(task), self.timeout_seconds)
+            readings = await result_within(task, self.timeout_seconds)
         except TimeoutError:
-            # Not cancelled: a read blocked in a thread cannot be interrupted, and cancelling only the
-            # awaiting coroutine would start a second thread next time. The late result is dropped.
             return (), self._failed(name, ts, start, f"timed out after {self.timeout_seconds:g}s")
         except Exception as exc:
             logs.event(log, logging.WARNING, "collector failed", collector=name, error=repr(exc))
@@ -89,3 +94,92 @@ class CollectorRunner:
                 result = closer()
                 if asyncio.iscoroutine(result):
                     await result
+
+
+async def result_within(task: asyncio.Future[T], seconds: float) -> T:
+    """The task's result, or TimeoutError after ``seconds``; the task is never cancelled.
+
+    A read blocked in a thread cannot be interrupted, and cancelling only the awaiting coroutine
+    would start a second thread next time: the runner keeps the task and drops its late result.
+    (``asyncio.wait`` rather than ``wait_for(shield(task))``: one future and one loop turn fewer
+    per scrape.)
+    """
+    try:
+        await asyncio.wait((task,), timeout=seconds)
+    finally:
+        if not task.done():  # timed out, or the caller was cancelled: nobody will read the result
+            task.add_done_callback(_drop_result)
+    if not task.done():
+        raise TimeoutError
+    return task.result()
+
+
+def _drop_result(task: asyncio.Future[Any]) -> None:
+    # Retrieve a late exception so asyncio does not log "exception was never retrieved".
+    if not task.cancelled():
+        task.exception()
+
+
+# A job for a WorkerThread: the loop to answer on, its future, the caller's context, the call.
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context, Callable[[], Any]]
+
+
+class WorkerThread:
+    """One long-lived daemon thread for a collector's blocking reads, in place of ``asyncio.to_thread``.
+
+    A sysfs read can block (hw_counters query the firmware), so it must not run on the event loop;
+    but a collector scraped every second pays for the hop every second, and to_thread's executor
+    future, work item and future chaining cost about as much as reading the counters
+    (docs/counters.md, "Performance"). Here a call is one queue put and one loop wake-up. Calls
+    run one at a time in order: a call stuck in the kernel delays the next, which the runner never
+    starts anyway while the collector is still running. A daemon thread, so a read hung in the
+    kernel does not keep the process from exiting; it stops on ``close()`` or when the worker is
+    garbage collected. The call runs in a copy of the caller's context, as with to_thread.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._jobs: queue.SimpleQueue[_Job | None] | None = None
+        self._stop: weakref.finalize[Any, Any] | None = None
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue().put((loop, future, contextvars.copy_context(), fn))
+        return await future
+
+    def close(self) -> None:
+        """Let the thread finish its current call and exit; a later ``run`` starts a new one."""
+        if self._stop is not None:
+            self._stop()
+        self._jobs = self._stop = None
+
+    def _queue(self) -> queue.SimpleQueue[_Job | None]:
+        if self._jobs is None:
+            jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(jobs,), name=self.name, daemon=True).start()
+            self._jobs, self._stop = jobs, weakref.finalize(self, jobs.put, None)
+        return self._jobs
+
+
+def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    while (job := jobs.get()) is not None:
+        loop, future, context, fn = job
+        job = None  # hold no reference to a finished call while waiting for the next
+        try:
+            result, error = context.run(fn), None
+        except BaseException as exc:  # delivered to the awaiting coroutine, as an executor would
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:
+            pass  # the loop closed while the call ran: nobody is waiting
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the awaiting coroutine was cancelled
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
