@@ -510,7 +510,7 @@ def machine() -> dict[str, str]:
 def write_docs(rows: list[Row], info: dict[str, str]) -> None:
     doc = REPO / "docs" / "benchmarks.md"
     head = doc.read_text().split("<!-- bench:start -->")[0] if doc.exists() else "# Benchmarks\n\n"
-    body = (f"<!-- bench:start -->\nLatest run: {info['date']}, commit `{info['commit']}`, "
+    body = (f"<!-- bench:start -->\nLatest run ({info['mode']}): {info['date']}, commit `{info['commit']}`, "
             f"{info['cpu']} ({info['cores']} cores), Python {info['python']}.\n\n{table(rows)}\n")  # fmt: skip
     doc.write_text(head + body)
 
@@ -530,7 +530,7 @@ def main() -> int:
         for name in chosen:
             rows.extend(SECTIONS[name](args.quick))
             step(note=f"{name} done")
-    info = machine()
+    info = {**machine(), "mode": "quick" if args.quick else "full"}
     print(table(rows))
     out = REPO / "bench-results"
     out.mkdir(exist_ok=True)
