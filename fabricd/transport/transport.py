@@ -141,7 +141,9 @@ class Transport:
     async def submit(self, samples: Sequence[Sample], health: Sequence[CollectorHealth]) -> None:
         now = asyncio.get_running_loop().time()
         batches = self.batcher.add(samples, health, now)
-        if self.batcher.due(now):
+        # While the central is unreachable every scrape goes to the spool at once: a kill -9 then
+        # loses at most the scrape in progress, not an open batch of batch_max_seconds.
+        if self.batcher.due(now) or not self.link.up:
             flushed = self.batcher.flush()
             batches += [flushed] if flushed is not None else []
         for batch in batches:
