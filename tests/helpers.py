@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from fabricd.lab import Lab
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = REPO / "tests" / "cases"
@@ -40,3 +45,15 @@ def need_root() -> None:
 
 def skip_or_fail(reason: str) -> None:
     _skip_or_fail(reason)
+
+
+def built_lab(hosts: Sequence[str], prefix: str) -> Iterator[Lab]:
+    """The netns lab for a test: needs root and iproute2; torn down (and checked gone) afterwards."""
+    from fabricd.lab import Lab, stale_namespaces
+
+    need_root()
+    for tool in ("ip", "tc", "bridge"):
+        need_binary(tool)
+    with Lab(hosts, prefix=prefix) as built:
+        yield built
+    assert stale_namespaces(prefix) == []

@@ -19,7 +19,7 @@ from collectors.pingmesh import PingmeshCollector
 from fabricd.collector import build
 from fabricd.lab import Bottleneck, Direction, Lab, stale_namespaces
 from fabricd.model import Reading
-from tests.helpers import need_binary, need_root
+from tests.helpers import built_lab, need_root
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -35,12 +35,7 @@ BULK = 2_500_000  # bytes/s offered by the bulk flow: 2.5x the bottleneck
 
 @pytest.fixture
 def lab() -> Iterator[Lab]:
-    need_root()
-    for tool in ("ip", "tc", "bridge"):
-        need_binary(tool)
-    with Lab(HOSTS, prefix=PREFIX) as built:
-        yield built
-    assert stale_namespaces(PREFIX) == []
+    yield from built_lab(HOSTS, PREFIX)
 
 
 class Mesh:

@@ -26,10 +26,10 @@ import pytest
 from fabricd.detect.engine import DetectionEngine
 from fabricd.detect.rules import RuleError, load_rules
 from fabricd.detect.series import counter
-from fabricd.lab import Bottleneck, Direction, Lab, stale_namespaces
+from fabricd.lab import Bottleneck, Direction, Lab
 from fabricd.lab_agent import Batch, LabFleet, SwitchPorts, lab_rules, lab_topology, star_paths
 from fabricd.model import Incident, IncidentKind, Kind
-from tests.helpers import need_binary, need_root
+from tests.helpers import built_lab
 
 PREFIX = "fdld"
 HOSTS = ["h0", "h1", "h2", "h3", "h4"]
@@ -41,12 +41,7 @@ QUIET_ROUNDS = 2
 
 @pytest.fixture
 def lab() -> Iterator[Lab]:
-    need_root()
-    for tool in ("ip", "tc", "bridge"):
-        need_binary(tool)
-    with Lab(HOSTS, prefix=PREFIX) as built:
-        yield built
-    assert stale_namespaces(PREFIX) == []
+    yield from built_lab(HOSTS, PREFIX)
 
 
 @pytest.fixture
