@@ -9,7 +9,7 @@ import sys
 
 def counter_files(root: str) -> list[str]:
     top = os.path.join(root, "class", "infiniband")
-    out = []
+    out: list[str] = []
     for dirpath, _dirs, files in os.walk(top):
         if os.path.basename(dirpath) in {"counters", "counters_ext", "hw_counters"}:
             out.extend(os.path.join(dirpath, f) for f in files)
