@@ -173,13 +173,10 @@ async def _collect_node(node: Node) -> list[Any]:
 
 
 async def _close(nodes: list[Node]) -> None:
+    from fabricd.agent.runtime import close_collectors
+
     for node in nodes:
-        for collector in node.collectors.values():
-            closer = getattr(collector, "close", None)
-            if closer is not None:
-                result = closer()
-                if asyncio.iscoroutine(result):
-                    await result
+        await close_collectors(node.collectors.values())
 
 
 @dataclass

@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -88,12 +88,17 @@ class CollectorRunner:
     async def close(self) -> None:
         for task in self._running.values():
             task.cancel()
-        for collector in self.collectors.values():
-            closer = getattr(collector, "close", None)
-            if closer is not None:
-                result = closer()
-                if asyncio.iscoroutine(result):
-                    await result
+        await close_collectors(self.collectors.values())
+
+
+async def close_collectors(collectors: Iterable[Collector]) -> None:
+    """Call each collector's optional ``close`` (sync or async)."""
+    for collector in collectors:
+        closer = getattr(collector, "close", None)
+        if closer is not None:
+            result = closer()
+            if asyncio.iscoroutine(result):
+                await result
 
 
 async def result_within(task: asyncio.Future[T], seconds: float) -> T:
