@@ -24,7 +24,7 @@ from typing import ClassVar, TypeVar
 
 from pydantic import Field
 
-from fabricd.agent.runtime import WorkerThread
+from fabricd.agent.runtime import Worker, WorkerThread
 from fabricd.collector import CollectorContext, CollectorOptions
 from fabricd.model import Kind, Labels, Reading, labels_of
 
@@ -430,7 +430,9 @@ class InfinibandCollector:
         self._scrapes_since_discovery = 0
         self._stale = False
         self._said_no_devices = False
-        self._worker = WorkerThread(f"fabricd-{self.name}")
+        # The executor of the blocking reads (one method, ``async run(fn)``): a thread of our own in
+        # the agent; ``fabricd eval`` runs hundreds of nodes' reads of tmpfs inline instead.
+        self._worker: Worker = ctx.factories.get("worker", WorkerThread)(f"fabricd-{self.name}")
 
     async def collect(self) -> Sequence[Reading]:
         # sysfs reads can block (hw_counters query the firmware): keep them off the event loop, in

@@ -144,14 +144,15 @@ def _row_labels(row: NcclRow) -> dict[str, str]:
 
 
 def _row_readings(op: str, row: NcclRow) -> list[Reading]:
-    labels = _row_labels(row)
+    labels = labels_of(_row_labels(row))  # once per row: every size of every run goes through here
     values = (
         ("time", row.time_seconds, "seconds", "time_seconds"),
         ("algbw", row.algbw_bytes_per_second, "bytes_per_second", "algbw_bytes_per_second"),
         ("busbw", row.busbw_bytes_per_second, "bytes_per_second", "busbw_bytes_per_second"),
         ("wrong", row.wrong, "elements", "wrong_elements"),
     )
-    return [_gauge(op, c, float(v), u, n, **labels) for c, v, u, n in values if v is not None]
+    return [Reading(SOURCE, op, "", c, float(v), u, Kind.GAUGE, labels, n, 0)
+            for c, v, u, n in values if v is not None]  # fmt: skip
 
 
 def _latest_rows(run: NcclRun) -> list[NcclRow]:

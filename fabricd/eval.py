@@ -22,11 +22,14 @@ Scoring (docs/simulator.md):
 from __future__ import annotations
 
 import asyncio
+import gc
 import resource
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -122,7 +125,7 @@ class _ModelRunner:
 
 def _build_nodes(cluster: SimCluster, clock: ManualClock) -> list[Node]:
     from collectors import REGISTRY
-    from fabricd.agent.runtime import build_collectors
+    from fabricd.agent.runtime import InlineWorker, build_collectors
     from fabricd.counters import RateEngine
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -134,6 +137,7 @@ def _build_nodes(cluster: SimCluster, clock: ManualClock) -> list[Node]:
             "prober": lambda targets, _timeout_ns, name=name: model_prober(
                 cluster.sim, name, targets, lambda: int(clock.now * 1e9)),
             "clock": lambda: clock.time,
+            "worker": InlineWorker,
             "wall_clock": lambda: clock.time,
         }
         collectors = build_collectors(_collector_options(cluster, name, budget), node=name,
@@ -161,7 +165,7 @@ async def _scrape(nodes: list[Node], ts: float) -> list[tuple[str, Sample]]:
     for node, readings in zip(nodes, results, strict=True):
         samples = node.rates.update(ts, readings)
         samples.extend(derive(samples))
-        batch.extend((node.name, s) for s in samples)
+        batch.extend(zip(repeat(node.name), samples))
     return batch
 
 
@@ -188,8 +192,32 @@ class Replay:
     detect_seconds: float
 
 
+@contextmanager
+def _few_gc_passes() -> Iterator[None]:
+    """Collect young garbage every 100k allocations instead of every 700, for one replay.
+
+    A replay allocates millions of short-lived readings and samples next to a large, long-lived
+    state (open incidents, baselines, rate state), and the default thresholds made the cyclic
+    collector a third of ``fabricd eval large``'s time (9.3 s vs 6.1 s for 15 simulated minutes,
+    measured). Nothing in the pipeline relies on collecting cycles promptly; a full pass runs at
+    the end.
+    """
+    saved = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
+        gc.collect()
+
+
 async def replay(scenario: Scenario, workdir: Path, step: Step = quiet) -> Replay:
     """Run one scenario through the collectors, the rate engine and the detection engine."""
+    with _few_gc_passes():
+        return await _replay(scenario, workdir, step)
+
+
+async def _replay(scenario: Scenario, workdir: Path, step: Step) -> Replay:
     from fabricd.detect.engine import DetectionEngine
 
     cluster = create(scenario, workdir, EPOCH)

@@ -141,3 +141,35 @@ def test_options_are_validated_into_the_collectors_model() -> None:
     opts = collectors["opts"]
     assert isinstance(opts, WithOptions)
     assert opts.options.model_dump() == {"peers": ["a", "b"], "rate_per_second": 2.5}
+
+
+async def test_infiniband_reads_run_off_the_loop_unless_a_replay_asks_for_inline() -> None:
+    """The agent reads sysfs on a thread of the collector's own (a hw_counters read can block);
+    ``fabricd eval`` swaps the executor through the ``worker`` factory and reads inline."""
+    from collectors.infiniband import InfinibandCollector
+    from fabricd.agent.runtime import InlineWorker
+    from tests.helpers import CASES
+
+    root = CASES / "infiniband" / "gpud-h100" / "sys"
+    seen: list[str] = []
+
+    class Spy(InlineWorker):
+        async def run(self, fn):  # type: ignore[no-untyped-def]
+            seen.append(threading.current_thread().name)
+            return await super().run(lambda: (seen.append(threading.current_thread().name), fn())[1])
+
+    default = InfinibandCollector(CollectorContext(node="n1", sysfs_root=root))
+    inline = InfinibandCollector(CollectorContext(node="n1", sysfs_root=root, factories={"worker": Spy}))
+    try:
+        threads: list[str] = []
+        original = default.scrape
+        default.scrape = lambda: (threads.append(threading.current_thread().name), original())[1]  # type: ignore[method-assign]
+        from_thread = await default.collect()
+        from_loop = await inline.collect()
+    finally:
+        default.close()
+        inline.close()
+    loop_thread = threading.current_thread().name
+    assert threads == ["fabricd-infiniband"] and threads[0] != loop_thread
+    assert seen == [loop_thread, loop_thread]
+    assert from_loop and sorted(map(repr, from_loop)) == sorted(map(repr, from_thread))
