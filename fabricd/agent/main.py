@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from fabricd import __version__, logs
+from fabricd import __version__, gctune, logs
 from fabricd.agent.agent import Agent, Sink
 from fabricd.agent.runtime import CollectorRunner, build_collectors
 from fabricd.clock import SystemClock
@@ -100,6 +100,7 @@ async def _serve(settings: AgentSettings, collectors: dict[str, Collector]) -> i
     agent = Agent(runner, tee, SystemClock(), settings.interval_seconds)
     stop = asyncio.Event()
     _on_signals(stop)
+    gctune.tune_for_service()  # the collectors' open files and plans live as long as the agent
     try:
         await agent.run(stop)
     finally:

@@ -6,6 +6,7 @@ import sys
 
 import uvicorn
 
+from fabricd import gctune
 from fabricd.hooks.config import HookConfigError
 from fabricd.server import db
 from fabricd.server.app import create_app
@@ -46,6 +47,7 @@ def serve(settings: ServerSettings) -> int:
         timeout_graceful_shutdown=10,
     )
     server = uvicorn.Server(config)
+    gctune.tune_for_service()
     server.run()
     return 0 if server.started else 1
 

@@ -19,9 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fabricd import gctune
 from fabricd.exposition import SeriesBudget
 from fabricd.model import IncidentKind, Severity
-from fabricd.server.fleet_text import FleetText, TextFamily, gc_paused
+from fabricd.server.fleet_text import FleetText, TextFamily
 from fabricd.server.store import Store
 
 log = logging.getLogger("fabricd.server.metrics")
@@ -119,7 +120,9 @@ class FleetCollector(Collector):
 
     def _fleet(self) -> list[TextFamily]:
         # Rows come ordered by node, so families hold their series node by node, as when grouped.
-        with gc_paused():
+        # A 1,000-node scrape allocates ~1.5 M objects that live to its end: full collections over
+        # the heap tripled Store.latest (7.0 s -> 1.9 s measured without them).
+        with gctune.paused():
             return self.text.families(self.store.latest(fresh_since=self.clock() - self.stale_seconds))
 
     def _agents(self) -> list[Metric]:
