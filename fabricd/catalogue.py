@@ -281,7 +281,15 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
      MetricSpec("fabricd_detection_errors_total", "counter", "", "Detector runs that raised", ()),
      MetricSpec("fabricd_store_deleted_points_total", "counter", "", "Points deleted past retention", ()),
      MetricSpec("fabricd_store_downsampled_points_total", "counter", "", "Raw points folded into downsampled "
-                "buckets", ())),
+                "buckets", ()),
+     MetricSpec("fabricd_store_latest_flushed_series_total", "counter", "", "Series rows whose latest value was "
+                "written to the database", ()),
+     MetricSpec("fabricd_store_latest_flush_errors_total", "counter", "", "Writes of latest values that failed "
+                "(kept in memory and retried)", ()),
+     MetricSpec("fabricd_store_latest_flush_duration_seconds", "histogram", "seconds", "Time to write the latest "
+                "values changed since the previous write", ())),
+    _gauge("fabricd_store_latest_unflushed_series", "", "Series whose latest value is in memory only (written "
+           "every latest_flush_seconds)", ()),
     _gauge("fabricd_detection_lag_seconds", "seconds", "Wall time minus the event time of the newest sample the "
            "detectors processed", ()),
     _gauge("fabricd_detection_backlog_points", "", "Stored points the detectors have not processed yet", ()),

@@ -145,6 +145,9 @@ class ServerSettings(_Base):
     node_stale_seconds: float = Field(default=120.0, gt=0)
     detection_interval_seconds: float = Field(default=1.0, gt=0)
     maintenance_interval_seconds: float = Field(default=300.0, gt=0)
+    # Latest values live in memory and are written to the series table this often (and at
+    # shutdown); after a crash they are rebuilt from the points stored since (docs/storage.md).
+    latest_flush_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("listen")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import text
 
 from fabricd import wire
 from fabricd.model import Incident, IncidentKind, IncidentState, Kind, Sample, Severity
@@ -418,3 +420,32 @@ async def test_topology_status_and_probes(api: Api) -> None:
     assert (await api.client.get("/healthz")).json() == {"status": "ok"}
     assert (await api.client.get("/readyz")).json()["status"] == "ready"
     assert (await api.client.get("/no/such/thing")).json()["error"] == "not_found"
+
+
+async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: str, tmp_path: Path) -> None:
+    """In memory for /metrics and /ports; written to the series table by the flush loop, and by a
+    clean shutdown, so a restarted service starts from them."""
+    app = create_app(settings_for(db_url, tmp_path, latest_flush_seconds=0.2))
+    now = time.time()
+    async with running(app) as client:
+        api = Api(client, app)
+        assert (await api.ingest("node-a", "b1", port_samples(now, 2e9, 1e9))).status_code == 200
+        for _ in range(100):
+            if api.store.unflushed_latest() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert api.store.unflushed_latest() == 0
+        assert "fabricd_store_latest_flushed_series_total 6.0" in (await client.get("/metrics")).text
+    app = create_app(settings_for(db_url, tmp_path, latest_flush_seconds=3600))  # only the shutdown writes
+    async with running(app) as client:
+        api = Api(client, app)
+        assert (await api.ingest("node-a", "b2", port_samples(now + 10, 3e9, 1e9))).status_code == 200
+        assert api.store.unflushed_latest() == 6
+        assert "fabricd_store_latest_unflushed_series 6.0" in (await client.get("/metrics")).text
+    try:
+        with api.store.engine.connect() as conn:
+            written = dict(conn.execute(text("SELECT name, latest_rate FROM series WHERE latest_ts = :ts"),
+                                        {"ts": now + 10}).all())  # fmt: skip
+    finally:
+        api.store.engine.dispose()
+    assert written["port_transmit_data"] == 3e9 and len(written) == 6

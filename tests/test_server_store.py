@@ -66,6 +66,72 @@ def test_latest_is_not_overwritten_by_an_older_backlog(store: Store) -> None:
     assert (node, latest.ts, latest.rate) == ("n1", T0, 5.0)
 
 
+def table_latest(store: Store) -> dict[str, tuple[float | None, float | None]]:
+    """series device -> (latest_ts, latest_rate) as written in the series table."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT device, latest_ts, latest_rate FROM series")).all()
+    return {device: (ts, rate) for device, ts, rate in rows}
+
+
+def latest_cursor(store: Store) -> int:
+    with store.engine.connect() as conn:
+        return int(conn.execute(text("SELECT position FROM cursors WHERE name = 'latest'")).scalar_one())
+
+
+def test_latest_values_are_served_from_memory_and_written_by_the_flush(store: Store) -> None:
+    store.load_latest()
+    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0), ib_sample(T0, device="mlx5_1", rate=7.0)]), T0, 100)
+    assert [(n, s.reading.device, s.rate) for n, s in store.latest()] == [("n1", "mlx5_0", 5.0), ("n1", "mlx5_1", 7.0)]
+    assert [s.latest.rate for s in store.find_series() if s.latest] == [5.0, 7.0]
+    assert table_latest(store) == {"mlx5_0": (None, None), "mlx5_1": (None, None)}  # not written yet
+    assert store.unflushed_latest() == 2 and latest_cursor(store) == 0
+    assert store.flush_latest() == 2
+    assert table_latest(store) == {"mlx5_0": (T0, 5.0), "mlx5_1": (T0, 7.0)}
+    assert store.unflushed_latest() == 0 and latest_cursor(store) == store.last_point_id()
+    assert store.flush_latest() == 0  # nothing changed
+    # A spooled backlog after a flush leaves the table's newer value alone.
+    store.ingest(make_batch("n1", "b", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
+    store.flush_latest()
+    assert table_latest(store)["mlx5_0"] == (T0, 5.0)
+    assert [s.rate for _, s in store.latest(node="n1", source="infiniband", fresh_since=T0)] == [5.0, 7.0]
+    assert store.latest(node="n2") == [] and store.latest(source="pingmesh") == []
+
+
+def test_a_crash_between_flushes_loses_no_latest_value(store: Store) -> None:
+    """A new process (kill -9 of the old one: no final flush) rebuilds the unflushed latest values
+    from the points stored after the ``latest`` cursor."""
+    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
+    store.flush_latest()
+    store.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=6.0), ib_sample(T0 + 10, device="mlx5_1")]), T0, 100)
+    store.ingest(make_batch("n2", "c", [ib_sample(T0 + 10, rate=9.0)]), T0, 100)
+    store.ingest(make_batch("n1", "d", [ib_sample(T0 - 30, rate=1.0)]), T0, 100)  # older: must not win
+    restarted = Store(store.engine)
+    got = [(n, s.reading.device, s.ts, s.rate) for n, s in restarted.latest()]
+    assert got == [("n1", "mlx5_0", T0 + 10, 6.0), ("n1", "mlx5_1", T0 + 10, 1e9), ("n2", "mlx5_0", T0 + 10, 9.0)]
+    assert restarted.unflushed_latest() == 3  # replayed values are written by the next flush
+    assert restarted.flush_latest() == 3
+    again = Store(store.engine)
+    assert [(n, s.ts, s.rate) for n, s in again.latest()] == [(n, ts, r) for n, _d, ts, r in got]
+    assert again.unflushed_latest() == 0
+
+
+def test_a_failed_flush_keeps_the_values_for_the_next_one(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
+
+    class Broken:
+        def run(self, cur: object, rows: object) -> None:
+            raise OSError("disk full")
+
+    good = store._sql
+    monkeypatch.setattr(store, "_sql", type(good)(**{**{f: getattr(good, f) for f in good.__dataclass_fields__},
+                                                     "update_latest": Broken()}))  # fmt: skip
+    with pytest.raises(OSError, match="disk full"):
+        store.flush_latest()
+    assert store.unflushed_latest() == 1 and latest_cursor(store) == 0
+    monkeypatch.setattr(store, "_sql", good)
+    assert store.flush_latest() == 1 and table_latest(store)["mlx5_0"] == (T0, 5.0)
+
+
 def incident(key: str, state: IncidentState, ts: float, summary: str = "xmit wait") -> Incident:
     return Incident(
         key=key,

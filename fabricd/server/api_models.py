@@ -254,6 +254,9 @@ class StatusOut(BaseModel):
     incidents_acked: int
     incidents_by_severity: dict[str, int]
     schema_revision: str
+    latest_unflushed_series: int = Field(
+        0, description="series whose latest value is in memory only, written every latest_flush_seconds"
+    )
 
 
 class TopologyIn(BaseModel):

@@ -45,6 +45,7 @@ def create_app(
     store = Store(db.make_engine(settings.database_url()))
     registry = CollectorRegistry(auto_describe=False)
     metrics = ServerMetrics(registry)
+    metrics.latest_unflushed.set_function(store.unflushed_latest)
     registry.register(FleetCollector(store, settings.metrics_stale_seconds, clock))
     services = Services(
         settings=settings,
@@ -89,6 +90,7 @@ def _lifespan(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         s = services
         s.schema_revision = await anyio.to_thread.run_sync(db.prepare, s.store.engine)
+        await anyio.to_thread.run_sync(s.store.load_latest)
         await anyio.to_thread.run_sync(bootstrap_token, s.store, s.settings.bootstrap_token_file, s.clock)
         await hooks.start()
         if detector_factory is not None:
@@ -96,6 +98,7 @@ def _lifespan(
             s.detection = DetectionLoop(s.store, detector, s.metrics, listeners, s.clock)
             s.tasks.append(asyncio.create_task(_detection_loop(s)))
         s.tasks.append(asyncio.create_task(_maintenance_loop(s)))
+        s.tasks.append(asyncio.create_task(_latest_flush_loop(s)))
         logs.event(
             log,
             logging.INFO,
@@ -112,6 +115,7 @@ def _lifespan(
                 task.cancel()
             await asyncio.gather(*s.tasks, return_exceptions=True)
             s.tasks.clear()
+            await _flush_latest(s)
             await hooks.stop()
             s.store.engine.dispose()
 
@@ -133,6 +137,24 @@ async def _detection_loop(s: Services) -> None:
             s.metrics.detection_errors.inc()
             log.exception("detection step failed; retrying")
         await asyncio.sleep(s.settings.detection_interval_seconds)
+
+
+async def _latest_flush_loop(s: Services) -> None:
+    while True:
+        await asyncio.sleep(s.settings.latest_flush_seconds)
+        await _flush_latest(s)
+
+
+async def _flush_latest(s: Services) -> None:
+    started = time.perf_counter()
+    try:
+        written = await anyio.to_thread.run_sync(s.store.flush_latest)
+    except Exception:  # kept in memory and retried; a restart replays the points since the last flush
+        s.metrics.latest_flush_errors.inc()
+        log.exception("writing latest values failed; retrying next interval")
+        return
+    s.metrics.latest_flush_seconds.observe(time.perf_counter() - started)
+    s.metrics.latest_flushed_series.inc(written)
 
 
 async def _maintenance_loop(s: Services) -> None:

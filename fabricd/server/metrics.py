@@ -69,6 +69,27 @@ class ServerMetrics:
         self.maintenance_downsampled = Counter(
             "fabricd_store_downsampled_points", "Raw points folded into downsampled buckets", registry=registry
         )
+        self.latest_flushed_series = Counter(
+            "fabricd_store_latest_flushed_series",
+            "Series rows whose latest value was written to the database",
+            registry=registry,
+        )
+        self.latest_flush_errors = Counter(
+            "fabricd_store_latest_flush_errors",
+            "Writes of latest values that failed (kept in memory and retried)",
+            registry=registry,
+        )
+        self.latest_flush_seconds = Histogram(
+            "fabricd_store_latest_flush_duration_seconds",
+            "Time to write the latest values changed since the previous write",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.latest_unflushed = Gauge(
+            "fabricd_store_latest_unflushed_series",
+            "Series whose latest value is in memory only (written every latest_flush_seconds)",
+            registry=registry,
+        )
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -10,6 +10,7 @@ point commit together or not at all, so a retried batch is a no-op and a crash c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import hmac
@@ -17,8 +18,8 @@ import json
 import secrets
 import sys
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Engine, delete, func, insert, or_, select
@@ -149,6 +150,7 @@ class Store:
         self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (the series table is small)
         self._sql = _IngestSql.for_marker("?" if engine.dialect.paramstyle == "qmark" else "%s")
         self._driver_integrity_error: type[Exception] = engine.dialect.loaded_dbapi.IntegrityError
+        self._latest = _Latest()
 
     # ---- ingest -------------------------------------------------------------------------------
 
@@ -190,6 +192,9 @@ class Store:
                     job.result, job.error = None, exc
         else:
             self._series.update(grown)
+            for job in group:
+                if job.latest:
+                    self._latest.apply(job.batch.node, job.latest)
         finally:
             for job in group:
                 if job.result is None and job.error is None:  # interrupted (KeyboardInterrupt in the leader)
@@ -200,9 +205,10 @@ class Store:
         """One batch in a savepoint: refused (series limit, a driver error), it leaves no trace."""
         cur.execute("SAVEPOINT fabricd_batch")
         try:
-            job.result, node_series = self._write_batch(cur, job.batch, job.now, job.limit, grown)
+            job.result, node_series, job.latest = self._write_batch(cur, job.batch, job.now, job.limit, grown)
         except Exception as exc:
             cur.execute("ROLLBACK TO SAVEPOINT fabricd_batch")  # raises if the transaction is gone
+            job.latest = []
             if isinstance(exc, IntegrityError | self._driver_integrity_error):
                 # Another process stored the same batch id (or series) first: nothing of ours was kept.
                 job.result = IngestResult(job.batch.batch_id, 0, True)
@@ -215,12 +221,13 @@ class Store:
 
     def _write_batch(
         self, cur: Any, batch: Batch, now: float, limit: int, grown: dict[str, _NodeSeries]
-    ) -> tuple[IngestResult, _NodeSeries | None]:
-        """The batch's statements on the raw DBAPI cursor; the node's series if this batch added some."""
+    ) -> tuple[IngestResult, _NodeSeries | None, list[PointRow]]:
+        """The batch's statements on the raw DBAPI cursor; the node's series if this batch added
+        some, and the point rows (their latest values are kept once the transaction commits)."""
         sql = self._sql
         cur.execute(sql.claim_batch, (batch.node, batch.batch_id, now, len(batch.samples)))
         if cur.rowcount == 0:  # the unique (node, batch id): a retry of a stored batch
-            return IngestResult(batch.batch_id, 0, True), None
+            return IngestResult(batch.batch_id, 0, True), None, []
         cur.execute(sql.upsert_node, (batch.node, batch.agent_version, now, now, batch.created_ts,
                                       len(batch.samples)))  # fmt: skip
         if batch.health:
@@ -231,12 +238,12 @@ class Store:
         if None in sids:
             added = self._add_series(cur, batch, sids, known, limit)
             sids = _series_ids(batch.samples, added.ids)
+        rows: list[PointRow] = []
         if batch.samples:
             rows = _point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
             sql.insert_points.run(cur, rows)
-            sql.update_latest.run(cur, _latest_rows(rows))
         new = added.count - known.count if added is not None else 0
-        return IngestResult(batch.batch_id, len(batch.samples), False, new), added
+        return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
     def _known_series(self, cur: Any, node: str) -> _NodeSeries:
         """The node's series ids, read from the table once per process (ingest is the only writer)."""
@@ -329,28 +336,91 @@ class Store:
     def latest(
         self, node: str | None = None, source: str | None = None, fresh_since: float | None = None
     ) -> list[tuple[str, Sample]]:
-        """The latest sample of each series (optionally of one node/source, seen since a time).
+        """The latest sample of each series (optionally of one node/source, seen since a time),
+        ordered by node, then series id.
 
-        ``/metrics`` calls this for the whole fleet on every scrape: plain tuples joined in memory with
-        the cached series identities, as ``read_samples_since`` (ORM entities cost ~50 us a series).
+        ``/metrics`` calls this for the whole fleet on every scrape: the values come from memory
+        (``_Latest``) and are joined with the cached series identities, as ``read_samples_since``.
         """
-        m = self._sql.mark
-        where, params = ["latest_ts IS NOT NULL", "latest_value IS NOT NULL"], []
-        for cond, val in ((f"node = {m}", node), (f"source = {m}", source), (f"latest_ts >= {m}", fresh_since)):
-            if val is not None:
-                where.append(cond)
-                params.append(val)
-        q = (f"SELECT id, latest_ts, latest_value, latest_rate, latest_status, latest_since FROM series "
-             f"WHERE {' AND '.join(where)} ORDER BY node, id")  # fmt: skip
+        self.load_latest()
+        rows = self._latest.rows(node, fresh_since)
+        idents = self._identities_of({row[0] for row in rows})
+        if source is not None:
+            rows = [row for row in rows if (ident := idents.get(row[0])) is not None and ident[1].source == source]
+        return _latest_samples(rows, idents)
+
+    def _identities_of(self, ids: set[int]) -> dict[int, tuple[str, Reading]]:
+        """``_identities`` without opening a connection when every id is cached (the usual case)."""
+        cache = self._identity
+        if all(sid in cache for sid in ids):
+            return cache
         with self.engine.connect() as conn:
             cur = conn.connection.cursor()
             try:
-                cur.execute(q, params)
-                rows = cur.fetchall()
-                idents = self._identities(cur, {row[0] for row in rows})
+                return self._identities(cur, ids)
             finally:
                 cur.close()
-        return _latest_samples(rows, idents)
+
+    # ---- latest values: in memory, written to the series table every few seconds --------------
+
+    def load_latest(self) -> None:
+        """Fill the in-memory latest values from the series table, then replay the raw points
+        stored after the last flush (a crash loses no latest value). Once per process; the service
+        calls it at start-up, and every reader of latest values first."""
+        if self._latest.loaded:
+            return
+        with self._write_lock:
+            if self._latest.loaded:
+                return
+            with self.engine.connect() as conn:
+                cur = conn.connection.cursor()
+                try:
+                    self._latest.load(cur, self._sql)
+                finally:
+                    cur.close()
+
+    def flush_latest(self, chunk: int = 20_000) -> int:
+        """Write the latest values changed since the last flush to the series table; returns how
+        many series rows were written.
+
+        The point id cursor ``latest`` moves with the last chunk: every raw point up to it has its
+        latest value in the table, and ``load_latest`` replays the points after it. On SQLite each
+        chunk takes the write lock (one writer), so ingest waits for a chunk, never for the whole
+        flush; PostgreSQL runs the chunks beside ingest, which no longer updates series rows.
+        """
+        self.load_latest()
+        with self._write_lock:
+            dirty = self._latest.take_dirty()
+            upto = self._max_point_id()
+        if not dirty and upto <= self._latest.flushed_upto:
+            return 0
+        rows = list(dirty.values())
+        serialize = self._sql.mark == "?"
+        try:
+            for start in range(0, max(1, len(rows)), chunk):
+                part = rows[start : start + chunk]
+                last = start + chunk >= len(rows)
+                with self._write_lock if serialize else contextlib.nullcontext(), self.engine.begin() as conn:
+                    cur = conn.connection.cursor()
+                    try:
+                        self._sql.update_latest.run(cur, part)
+                        if last:
+                            cur.execute(self._sql.upsert_cursor, (LATEST_CURSOR, upto))
+                    finally:
+                        cur.close()
+        except BaseException:
+            self._latest.restore_dirty(dirty)  # written chunks are written again next time: harmless
+            raise
+        self._latest.flushed_upto = upto
+        return len(rows)
+
+    def unflushed_latest(self) -> int:
+        """Series whose latest value is only in memory (``fabricd_store_latest_unflushed_series``)."""
+        return self._latest.pending()
+
+    def _max_point_id(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.exec_driver_sql("SELECT max(id) FROM points").scalar() or 0)
 
     def find_series(
         self,
@@ -372,8 +442,19 @@ class Store:
                 q = q.where(col == val)
         if counter is not None:
             q = q.where(or_(t.Series.counter == counter, t.Series.name == counter))
+        self.load_latest()
         with self.sessions() as s:
-            return [SeriesInfo(row.id, row.node, (r := _reading_of(row)), _latest_of(row, r)) for row in s.scalars(q)]
+            return [SeriesInfo(row.id, row.node, (r := _reading_of(row)), self._latest_sample(row, r))
+                    for row in s.scalars(q)]  # fmt: skip
+
+    def _latest_sample(self, row: t.Series, reading: Reading) -> Sample | None:
+        mem = self._latest.get(row.node, row.id)
+        if mem is None:
+            return _latest_of(row, reading)
+        _sid, ts, value, rate, status, since = mem
+        r = Reading(reading.source, reading.device, reading.port, reading.counter, value, reading.unit,
+                    reading.kind, reading.labels, reading.name)  # fmt: skip
+        return Sample(ts, r, rate, _STATUSES.get(status or "ok") or Status(status), since)
 
     def points(self, series_id: int, since: float, until: float, limit: int = 10_000) -> list[t.Point]:
         q = (
@@ -642,6 +723,7 @@ class _Job:
     done: bool = False
     result: IngestResult | None = None
     error: BaseException | None = None
+    latest: list[PointRow] = field(default_factory=list)  # the stored points, for _Latest after commit
 
 
 @dataclass(slots=True)
@@ -653,6 +735,94 @@ class _NodeSeries:
 
     ids: dict[IdentityKey, int]
     count: int
+
+
+LATEST_CURSOR = "latest"  # cursors row: every raw point up to here has its latest value in the table
+
+
+class _Latest:
+    """The newest point of every series, by node, in memory; ``latest_*`` in the series table is its
+    durable copy, written by ``Store.flush_latest``.
+
+    Updating one series row per stored point made ingest pay a second, random write per point: on
+    SQLite 2.2 of 5.8 us a point, on PostgreSQL 15 of 23 us (no HOT update fits in packed series
+    pages, so each update writes all three of its indexes), measured in docs/storage.md. A flush
+    every ``latest_flush_seconds`` writes each changed series once, in large statements, off the
+    ingest transaction. The newest point wins, as the old ``latest_ts <= v.ts`` condition: a spooled
+    backlog drained after live data never replaces a newer value. All methods are thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_node: dict[str, dict[int, PointRow]] = {}
+        self._dirty: dict[int, PointRow] = {}  # changed since the last flush
+        self.loaded = False
+        self.flushed_upto = 0  # the point id cursor as of the last flush or load
+
+    def apply(self, node: str, rows: Sequence[PointRow], dirty: bool = True) -> None:
+        with self._lock:
+            mine = self._by_node.get(node)
+            if mine is None:
+                mine = self._by_node[node] = {}
+            changed = self._dirty
+            for row in rows:
+                old = mine.get(row[0])
+                if old is None or old[1] <= row[1]:  # on a tie the later point wins, as the table did
+                    mine[row[0]] = row
+                    if dirty:
+                        changed[row[0]] = row
+
+    def load(self, cur: Any, sql: _IngestSql) -> None:
+        cur.execute(sql.read_cursor, (LATEST_CURSOR,))
+        found = cur.fetchone()
+        upto = int(found[0]) if found else 0
+        cur.execute(sql.table_latest)
+        for node, group in _by_node(cur):
+            self.apply(node, group, dirty=False)
+        cur.execute(sql.replay_latest, (upto,))  # stored after the last flush: a crash, or a kill -9
+        for node, group in _by_node(cur):
+            self.apply(node, group)
+        self.flushed_upto = upto
+        self.loaded = True
+
+    def rows(self, node: str | None, fresh_since: float | None) -> list[PointRow]:
+        with self._lock:
+            nodes = [node] if node is not None else sorted(self._by_node)
+            out: list[PointRow] = []
+            for name in nodes:
+                mine = self._by_node.get(name, {})
+                picked = mine.values() if fresh_since is None else [r for r in mine.values() if r[1] >= fresh_since]
+                out.extend(sorted(picked))  # by series id (ids are unique: the tuples never compare further)
+            return out
+
+    def get(self, node: str, sid: int) -> PointRow | None:
+        with self._lock:
+            return self._by_node.get(node, {}).get(sid)
+
+    def take_dirty(self) -> dict[int, PointRow]:
+        with self._lock:
+            dirty, self._dirty = self._dirty, {}
+            return dirty
+
+    def restore_dirty(self, rows: dict[int, PointRow]) -> None:
+        with self._lock:
+            for sid, row in rows.items():
+                newer = self._dirty.get(sid)
+                if newer is None or newer[1] < row[1]:
+                    self._dirty[sid] = row
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._dirty)
+
+
+def _by_node(cur: Any, size: int = 10_000) -> Iterator[tuple[str, list[PointRow]]]:
+    """(node, rows) from a cursor of (node, series id, ts, value, rate, status, since), in chunks."""
+    while chunk := cur.fetchmany(size):
+        groups: dict[str, list[PointRow]] = {}
+        for node, *row in chunk:
+            groups.setdefault(node, []).append(tuple(row))
+        yield from groups.items()
 
 
 class _ManyRows:
@@ -723,6 +893,10 @@ class _IngestSql:
     update_latest: _ManyRows | _ArrayRows
     read_points: str
     series_identity: str  # {ids}: the id condition
+    upsert_cursor: str
+    read_cursor: str
+    table_latest: str
+    replay_latest: str
 
     @classmethod
     def for_marker(cls, m: str) -> _IngestSql:
@@ -752,6 +926,13 @@ class _IngestSql:
             f"AND step = 0.0 ORDER BY id LIMIT {m}",
             series_identity="SELECT id, node, source, device, port, counter, name, unit, kind, labels FROM series "
             "WHERE id {ids}",
+            upsert_cursor=f"INSERT INTO cursors (name, position) VALUES ({m}, {m}) "
+            "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
+            read_cursor=f"SELECT position FROM cursors WHERE name = {m}",
+            table_latest="SELECT node, id, latest_ts, latest_value, latest_rate, latest_status, latest_since "
+            "FROM series WHERE latest_ts IS NOT NULL AND latest_value IS NOT NULL",
+            replay_latest="SELECT s.node, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
+            f"JOIN series s ON s.id = p.series_id WHERE p.id > {m} AND p.step = 0.0 ORDER BY p.id",
         )
 
 
@@ -842,19 +1023,6 @@ def _point_rows(samples: Sequence[Sample], sids: list[int]) -> list[PointRow]:
         (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since)
         for sid, s in zip(sids, samples, strict=True)
     ]
-
-
-def _latest_rows(rows: list[PointRow]) -> Sequence[PointRow]:
-    """Per series, the newest point of the batch (the later one on a tie): ``update_latest``'s rows."""
-    latest: dict[int, PointRow] = {row[0]: row for row in rows}
-    if len(latest) == len(rows):
-        return rows
-    latest = {}  # a series twice in one batch: keep the newest, not the last sent
-    for row in rows:
-        old = latest.get(row[0])
-        if old is None or row[1] >= old[1]:
-            latest[row[0]] = row
-    return list(latest.values())
 
 
 def _health_rows(node: str, health: Sequence[CollectorHealth]) -> list[tuple[Any, ...]]:

@@ -62,4 +62,5 @@ def status(svc: Svc, _who: Reader) -> StatusOut:
         incidents_acked=acked,
         incidents_by_severity=by_severity,
         schema_revision=svc.schema_revision,
+        latest_unflushed_series=svc.store.unflushed_latest(),
     )
