@@ -6,7 +6,10 @@ computed between two measurements taken in the same run. The table goes to stdou
 so two runs can be compared (``--compare OLD.json``). No timing is asserted anywhere: a benchmark
 fails only on a broken setup.
 
-    python bench/run.py [--quick] [--only scrape,footprint,ingest,detect,exporter] [--no-docs]
+    python bench/run.py [--quick | --smoke] [--only scrape,footprint,ingest,transport,detect] [--no-docs]
+
+``--smoke`` runs every section at toy sizes, once: the test suite uses it to prove the harness
+works (its figures mean nothing).
 """
 
 from __future__ import annotations
@@ -122,11 +125,11 @@ class NodeExporter:
         self.proc.wait(10)
 
 
-def bench_scrape(quick: bool) -> list[Row]:
+def bench_scrape(mode: str) -> list[Row]:
     # fabricd's per-scrape figure subtracts a startup of ~0.7 s CPU that varies by tens of ms on a
     # shared machine: at 50 scrapes (~0.1 s) that noise made single runs negative, at 300 it is a
     # few percent. node_exporter's CPU is read in 10 ms ticks, so it needs the scrapes too.
-    n, runs = (300, 5) if quick else (1000, 5)
+    n, runs = {"smoke": (20, 1), "quick": (300, 5), "full": (1000, 5)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = write_node_tree(Path(tmp))
         files = counter_file_count(root)
@@ -154,8 +157,8 @@ def bench_scrape(quick: bool) -> list[Row]:
 # --------------------------------------------------------------------------- 2. agent footprint
 
 
-def bench_footprint(quick: bool) -> list[Row]:
-    seconds = 15 if quick else 60
+def bench_footprint(mode: str) -> list[Row]:
+    seconds, warm_up = {"smoke": (2, 2), "quick": (15, 5), "full": (60, 5)}[mode]
     with tempfile.TemporaryDirectory() as tmp:
         root = write_node_tree(Path(tmp) / "sys")
         # No central: the agent spools, which is its worst steady state (it also serializes to disk).
@@ -165,7 +168,7 @@ def bench_footprint(quick: bool) -> list[Row]:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            time.sleep(5)  # warm-up: imports, discovery, first batches
+            time.sleep(warm_up)  # imports, discovery, first batches
             cpu0, t0 = pid_cpu_seconds(proc.pid), time.monotonic()
             time.sleep(seconds)
             cpu = (pid_cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
@@ -431,9 +434,9 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
     return rows
 
 
-def bench_ingest(quick: bool) -> list[Row]:
+def bench_ingest(mode: str) -> list[Row]:
     # Several scrapes: the first of each node creates its series, the rest are the steady state.
-    nodes, scrapes, runs = (100, 6, 2) if quick else (1000, 3, 3)
+    nodes, scrapes, runs = {"smoke": (10, 2, 1), "quick": (100, 6, 2), "full": (1000, 3, 3)}[mode]
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         rows += _ingest_on("SQLite", nodes, scrapes, runs, Path(tmp))
@@ -441,9 +444,9 @@ def bench_ingest(quick: bool) -> list[Row]:
     return rows
 
 
-def bench_transport(quick: bool) -> list[Row]:
+def bench_transport(mode: str) -> list[Row]:
     """The agent's transport pushing to a real local central (bench/transport_bench.py)."""
-    batches, runs = (50, 2) if quick else (200, 3)
+    batches, runs = {"smoke": (5, 1), "quick": (50, 2), "full": (200, 3)}[mode]
     results = []
     for _ in range(runs):
         proc = subprocess.run([PY, str(REPO / "bench" / "transport_bench.py"), "--batches", str(batches),
@@ -469,10 +472,10 @@ def _eval(scenario: str) -> dict[str, Any]:
     return dict(json.loads(proc.stdout)["scenarios"][scenario])
 
 
-def bench_detect(quick: bool) -> list[Row]:
-    runs = 1 if quick else 3
+def bench_detect(mode: str) -> list[Row]:
+    runs = 3 if mode == "full" else 1
     rows: list[Row] = []
-    for scenario in ("mixed", "large"):
+    for scenario in ("clean-ib",) if mode == "smoke" else ("mixed", "large"):
         results = [_eval(scenario) for _ in range(runs)]
         r0 = results[0]
         note = f"{r0['scrapes']} scrapes, {r0['samples']:,} samples"
@@ -487,7 +490,7 @@ def bench_detect(quick: bool) -> list[Row]:
 
 # --------------------------------------------------------------------------- report
 
-SECTIONS: dict[str, Callable[[bool], list[Row]]] = {
+SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "scrape": bench_scrape,
     "footprint": bench_footprint,
     "ingest": bench_ingest,
@@ -526,8 +529,7 @@ def machine() -> dict[str, str]:
             "commit": commit.stdout.strip() or "unknown", "date": time.strftime("%Y-%m-%d")}  # fmt: skip
 
 
-def write_docs(rows: list[Row], info: dict[str, str]) -> None:
-    doc = REPO / "docs" / "benchmarks.md"
+def write_docs(rows: list[Row], info: dict[str, str], doc: Path = REPO / "docs" / "benchmarks.md") -> None:
     head = doc.read_text().split("<!-- bench:start -->")[0] if doc.exists() else "# Benchmarks\n\n"
     body = (f"<!-- bench:start -->\nLatest run ({info['mode']}): {info['date']}, commit `{info['commit']}`, "
             f"{info['cpu']} ({info['cores']} cores), Python {info['python']}.\n\n{table(rows)}\n")  # fmt: skip
@@ -536,23 +538,31 @@ def write_docs(rows: list[Row], info: dict[str, str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer runs and shorter windows")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer runs and shorter windows")
+    size.add_argument("--smoke", action="store_true", help="toy sizes, once: checks the harness (tests)")
     ap.add_argument("--only", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     ap.add_argument("--compare", type=Path, help="an earlier bench-results JSON to compare medians against")
+    ap.add_argument("--results", type=Path, default=REPO / "bench-results", help="folder for latest.json")
+    ap.add_argument("--docs", type=Path, default=REPO / "docs" / "benchmarks.md", help="the Markdown file to update")
     args = ap.parse_args()
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    unknown = [name for name in (args.only.split(",") if args.only else []) if name not in SECTIONS]
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)} (known: {', '.join(SECTIONS)})")
     chosen = args.only.split(",") if args.only else list(SECTIONS)
     rows: list[Row] = []
     from fabricd.progress import progress
 
     with progress("bench", total=len(chosen)) as step:
         for name in chosen:
-            rows.extend(SECTIONS[name](args.quick))
+            rows.extend(SECTIONS[name](mode))
             step(note=f"{name} done")
-    info = {**machine(), "mode": "quick" if args.quick else "full"}
+    info = {**machine(), "mode": mode}
     print(table(rows))
-    out = REPO / "bench-results"
-    out.mkdir(exist_ok=True)
+    out = args.results
+    out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps({"machine": info, "rows": rows}, indent=2))
     if args.compare:
         old = {(r["section"], r["what"]): r for r in json.loads(args.compare.read_text())["rows"]}
@@ -561,7 +571,7 @@ def main() -> int:
             if o and o["median"]:
                 print(f"{r['what']}: {r['median'] / o['median']:.2f}x of previous", file=sys.stderr)
     if not args.no_docs:
-        write_docs(rows, info)
+        write_docs(rows, info, args.docs)
     return 0
 
 
