@@ -417,6 +417,8 @@ async def test_topology_status_and_probes(api: Api) -> None:
     api.store.upsert_incident(incident("c1"), time.time())
     status = (await api.get("/api/v1/status")).json()
     assert status["nodes"] == 1 and status["incidents_open"] == 1 and status["schema_revision"]
+    assert status["detection_backlog_points"] is None  # this app runs no detector
+    assert status["latest_unflushed_series"] >= 0
     assert (await api.client.get("/healthz")).json() == {"status": "ok"}
     assert (await api.client.get("/readyz")).json()["status"] == "ready"
     assert (await api.client.get("/no/such/thing")).json()["error"] == "not_found"

@@ -250,3 +250,45 @@ def test_tokens_are_stored_hashed_and_revocable(store: Store) -> None:
     assert store.list_tokens()[0].revoked_ts == T0
     with pytest.raises(ValueError, match="role"):
         store.create_token("root", T0)
+
+
+def test_the_detection_tail_reads_exactly_what_the_database_holds(store: Store, tmp_path: Path) -> None:
+    """With ``keep_tail`` the detection stream comes from memory; every read must equal the
+    database's answer for the same cursor and limit: same points, same order, same next cursor."""
+    store.ingest(make_batch("n0", "before", [ib_sample(T0 - 10), ib_sample(T0 - 1000, device="old")]), T0, 100)
+    store.keep_tail(max_points=12)
+    batches = [
+        make_batch("n1", "a", [ib_sample(T0 + 1), ib_sample(T0 + 1, device="mlx5_1", rate=3.5)]),
+        make_batch("n2", "b", [ib_sample(T0 - 300, rate=None, value=7.0)]),  # a spooled backlog
+        make_batch("n1", "a", [ib_sample(T0 + 1)]),  # a retry: nothing stored
+        make_batch("n3", "c", [ib_sample(T0 + 2, device=f"mlx5_{i}") for i in range(5)]),
+    ]
+    for b in batches:
+        store.ingest(b, T0, 100)
+    # Folds n0's old point into a bucket: a non-raw point with an id between two batches' ids.
+    assert store.maintain(T0, raw_retention=600, step=60, retention=1e9).buckets_written == 1
+    store.ingest(make_batch("n1", "d", [ib_sample(T0 + 11), ib_sample(T0 + 11, device="mlx5_1")]), T0, 100)
+
+    def db_read(cursor: int, limit: int) -> tuple[list[tuple[str, Sample]], int]:
+        tail, store._tail = store._tail, None
+        try:
+            return store.read_samples_since(cursor, limit)
+        finally:
+            store._tail = tail
+
+    def key(got: tuple[list[tuple[str, Sample]], int]) -> tuple[list[tuple[object, ...]], int]:
+        samples, cursor = got
+        return [(n, s.ts, s.reading, s.rate, s.status, s.since) for n, s in samples], cursor
+
+    last = store.last_point_id()
+    for cursor in range(0, last + 1):
+        for limit in (1, 2, 3, 100):
+            assert key(store.read_samples_since(cursor, limit)) == key(db_read(cursor, limit)), (cursor, limit)
+    # Past max_points the oldest batches leave the tail; a reader that far behind reads the database.
+    for i in range(4):
+        store.ingest(make_batch("n4", f"e{i}", [ib_sample(T0 + 20 + i, device=f"mlx5_{j}") for j in range(4)]), T0, 100)
+    assert store._tail is not None and store._tail.since(0, 100) is None
+    assert key(store.read_samples_since(0, 1000)) == key(db_read(0, 1000))
+    newest = store.last_point_id()
+    assert store._tail.since(newest - 2, 100) is not None
+    assert key(store.read_samples_since(newest - 2, 100)) == key(db_read(newest - 2, 100))

@@ -257,6 +257,9 @@ class StatusOut(BaseModel):
     latest_unflushed_series: int = Field(
         0, description="series whose latest value is in memory only, written every latest_flush_seconds"
     )
+    detection_backlog_points: int | None = Field(
+        None, description="stored points the detectors have not processed yet (null: detection is off)"
+    )
 
 
 class TopologyIn(BaseModel):

@@ -45,6 +45,7 @@ class DetectionLoop:
         self.store, self.detector, self.metrics = store, detector, metrics
         self.listeners, self.clock, self.chunk = list(listeners), clock, chunk
         self.cursor = store.get_cursor(CURSOR)
+        store.keep_tail()  # the points just stored, without reading them back
 
     def step(self) -> int:
         """Process one chunk of stored samples; returns how many (0 = caught up)."""

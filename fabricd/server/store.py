@@ -18,6 +18,7 @@ import json
 import secrets
 import sys
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -151,6 +152,7 @@ class Store:
         self._sql = _IngestSql.for_marker("?" if engine.dialect.paramstyle == "qmark" else "%s")
         self._driver_integrity_error: type[Exception] = engine.dialect.loaded_dbapi.IntegrityError
         self._latest = _Latest()
+        self._tail: _Tail | None = None  # recently stored points for the detection stream (keep_tail)
 
     # ---- ingest -------------------------------------------------------------------------------
 
@@ -192,9 +194,12 @@ class Store:
                     job.result, job.error = None, exc
         else:
             self._series.update(grown)
+            tail = self._tail
             for job in group:
                 if job.latest:
                     self._latest.apply(job.batch.node, job.latest)
+                    if tail is not None and job.last_point_id:
+                        tail.append(job.last_point_id, job.batch.node, job.latest)
         finally:
             for job in group:
                 if job.result is None and job.error is None:  # interrupted (KeyboardInterrupt in the leader)
@@ -206,9 +211,12 @@ class Store:
         cur.execute("SAVEPOINT fabricd_batch")
         try:
             job.result, node_series, job.latest = self._write_batch(cur, job.batch, job.now, job.limit, grown)
+            if job.latest and self._tail is not None:
+                cur.execute(self._sql.last_point_id)  # the batch's points have the ids up to here
+                job.last_point_id = int(cur.fetchone()[0])
         except Exception as exc:
             cur.execute("ROLLBACK TO SAVEPOINT fabricd_batch")  # raises if the transaction is gone
-            job.latest = []
+            job.latest, job.last_point_id = [], 0
             if isinstance(exc, IntegrityError | self._driver_integrity_error):
                 # Another process stored the same batch id (or series) first: nothing of ours was kept.
                 job.result = IngestResult(job.batch.batch_id, 0, True)
@@ -287,6 +295,10 @@ class Store:
         are read as plain tuples and joined in memory with the series identities (``_identities``),
         which never change once a series exists.
         """
+        tail = self._tail
+        if tail is not None and (served := tail.since(cursor, limit)) is not None:
+            points, upto = served
+            return _samples_of(points, self._identities_of({p[1] for p in points})), upto
         with self.engine.connect() as conn:
             cur = conn.connection.cursor()
             try:
@@ -296,6 +308,14 @@ class Store:
             finally:
                 cur.close()
         return _samples_of(rows, idents), (rows[-1][0] if rows else cursor)
+
+    def keep_tail(self, max_points: int = 100_000) -> None:
+        """Keep the last ``max_points`` stored points in memory for ``read_samples_since`` (the
+        detection loop calls this): a reader that keeps up gets them without reading them back
+        from the database; one that fell further behind reads the database as before."""
+        with self._write_lock:
+            if self._tail is None:
+                self._tail = _Tail(self._max_point_id(), max_points)
 
     def _identities(self, cur: Any, ids: set[int]) -> dict[int, tuple[str, Reading]]:
         """(node, reading with value 0) of each series id, from the cache or the series table."""
@@ -724,6 +744,7 @@ class _Job:
     result: IngestResult | None = None
     error: BaseException | None = None
     latest: list[PointRow] = field(default_factory=list)  # the stored points, for _Latest after commit
+    last_point_id: int = 0  # id of the batch's last point (its points' ids are consecutive)
 
 
 @dataclass(slots=True)
@@ -816,6 +837,51 @@ class _Latest:
             return len(self._dirty)
 
 
+class _Tail:
+    """The raw points of the last batches stored, by point id, for the detection stream.
+
+    The detection loop reads every point ingest stores, right after it is stored; reading them
+    back cost as much as storing them (docs/storage.md). Batches are appended after their commit,
+    in commit order (under the write lock), so the tail holds every raw point with an id above
+    ``floor``; older entries are dropped past ``max_points`` and ``floor`` moves up with them.
+    ``since`` answers only when it can answer exactly what the database would: the same points in
+    id order (a batch's ids are consecutive, so a cursor inside a batch skips its first points).
+    """
+
+    def __init__(self, floor: int, max_points: int) -> None:
+        self._lock = threading.Lock()
+        self._entries: deque[tuple[int, int, str, Sequence[PointRow]]] = deque()  # first id, last id, node, rows
+        self._points = 0
+        self.floor, self.max_points = floor, max_points
+
+    def append(self, last_id: int, node: str, rows: Sequence[PointRow]) -> None:
+        with self._lock:
+            self._entries.append((last_id - len(rows) + 1, last_id, node, rows))
+            self._points += len(rows)
+            while self._points > self.max_points and len(self._entries) > 1:
+                _first, last, _node, old = self._entries.popleft()
+                self._points -= len(old)
+                self.floor = last
+
+    def since(self, cursor: int, limit: int) -> tuple[list[tuple[Any, ...]], int] | None:
+        """(point rows as ``read_points`` returns them, next cursor), or None to read the database."""
+        with self._lock:
+            if cursor < self.floor:
+                return None
+            out: list[tuple[Any, ...]] = []
+            upto = cursor
+            for first, last, _node, rows in self._entries:
+                if last <= cursor:
+                    continue
+                skip = max(0, cursor - first + 1)
+                take = rows[skip : skip + limit - len(out)]
+                out.extend((first + skip + i, *row) for i, row in enumerate(take))
+                upto = first + skip + len(take) - 1
+                if len(out) >= limit:
+                    break
+            return out, upto
+
+
 def _by_node(cur: Any, size: int = 10_000) -> Iterator[tuple[str, list[PointRow]]]:
     """(node, rows) from a cursor of (node, series id, ts, value, rate, status, since), in chunks."""
     while chunk := cur.fetchmany(size):
@@ -894,6 +960,7 @@ class _IngestSql:
     read_points: str
     series_identity: str  # {ids}: the id condition
     upsert_cursor: str
+    last_point_id: str
     read_cursor: str
     table_latest: str
     replay_latest: str
@@ -929,6 +996,8 @@ class _IngestSql:
             upsert_cursor=f"INSERT INTO cursors (name, position) VALUES ({m}, {m}) "
             "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
             read_cursor=f"SELECT position FROM cursors WHERE name = {m}",
+            # This connection's last generated id; the write lock makes a batch's ids consecutive.
+            last_point_id="SELECT lastval()" if m == "%s" else "SELECT last_insert_rowid()",
             table_latest="SELECT node, id, latest_ts, latest_value, latest_rate, latest_status, latest_since "
             "FROM series WHERE latest_ts IS NOT NULL AND latest_value IS NOT NULL",
             replay_latest="SELECT s.node, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "

@@ -63,4 +63,7 @@ def status(svc: Svc, _who: Reader) -> StatusOut:
         incidents_by_severity=by_severity,
         schema_revision=svc.schema_revision,
         latest_unflushed_series=svc.store.unflushed_latest(),
+        detection_backlog_points=None
+        if svc.detection is None
+        else max(0, svc.store.last_point_id() - svc.detection.cursor),
     )
