@@ -45,8 +45,9 @@ def test_nothing_acknowledged_is_missing_after_a_restart(db_url: str, tmp_path: 
             if resp.status_code == 200:
                 acked.append(batch.batch_id)
     finally:
-        server.stop()
+        code = server.stop()
     assert "Application shutdown complete" in server.log.read_text()  # SIGTERM: a graceful stop
+    assert code == 0  # ... and a successful exit (not 143) for systemd and supervisors
     assert len(acked) == 20
     server = ServerProcess(tmp_path / "data", db_url, auth=False).start()
     try:
@@ -120,3 +121,41 @@ def test_server_refuses_a_newer_schema(db_url: str, tmp_path: Path) -> None:
     result = fabricd("server", "--db", db_url, "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0")
     assert result.returncode == 1
     assert "newer than this fabricd knows" in result.stderr and "ffff" in result.stderr
+
+
+@pytest.mark.slow
+def test_latest_values_survive_a_kill_9_between_writes(db_url: str, tmp_path: Path) -> None:
+    """Latest values are written every latest_flush_seconds; a crash before the write loses none:
+    the restarted service replays the points stored since the last write."""
+    slow_flush = {"FABRICD_LATEST_FLUSH_SECONDS": "3600"}
+    server = ServerProcess(tmp_path / "data", db_url, auth=False, env=slow_flush).start()
+    now = time.time()
+    try:
+        for i, rate in enumerate((1e9, 2e9)):
+            body, headers = encoded(make_batch("node-0", f"b{i}", [ib_sample(now - 20 + 10 * i, rate=rate)]))
+            assert httpx.post(f"{server.url}/api/v1/ingest", content=body, headers=headers, timeout=10).status_code == 200
+        assert httpx.get(f"{server.url}/api/v1/status", timeout=10).json()["latest_unflushed_series"] == 1
+    finally:
+        assert server.proc is not None
+        server.proc.kill()  # no shutdown: nothing written
+        server.proc.wait(10)
+    engine = db.make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT latest_ts FROM series")).scalar_one() is None
+    finally:
+        engine.dispose()
+    server = ServerProcess(tmp_path / "data", db_url, auth=False, env=slow_flush).start()
+    try:
+        ports = httpx.get(f"{server.url}/api/v1/ports", timeout=10).json()
+        metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    finally:
+        assert server.stop() == 0
+    assert 'fabricd_infiniband_port_transmit_data_bytes_per_second{device="mlx5_0",node="node-0",port="1"} 2e+09' in metrics
+    assert len(ports) == 1 and ports[0]["node"] == "node-0"
+    engine = db.make_engine(db_url)
+    try:
+        with engine.connect() as conn:  # the clean stop wrote the replayed value
+            assert conn.execute(text("SELECT latest_rate FROM series")).scalar_one() == 2e9
+    finally:
+        engine.dispose()

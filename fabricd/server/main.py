@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -48,8 +50,16 @@ def serve(settings: ServerSettings) -> int:
     )
     server = uvicorn.Server(config)
     gctune.tune_for_service()
+    # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it
+    # found installed: with the default one the process dies of it (exit 143), which systemd and
+    # supervisors report as a failure. A stop that completed is a success.
+    signal.signal(signal.SIGTERM, _stopped)
     server.run()
     return 0 if server.started else 1
+
+
+def _stopped(_sig: int, _frame: FrameType | None) -> None:
+    pass
 
 
 def _rules_problem(settings: ServerSettings) -> str | None:
