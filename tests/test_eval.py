@@ -94,3 +94,20 @@ def test_eval_json_has_the_documented_keys() -> None:
     (fault,) = doc["faults"]
     assert {"detected", "time_to_detect_seconds", "blamed", "correct"} <= set(fault)
     assert "eval straggler-ib" in out.stderr  # progress on stderr, JSON alone on stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_256_node_hour_meets_the_targets_too() -> None:
+    """``large`` is the benchmark scenario (``make bench`` times it, nothing here does): its five
+    overlapping faults are held to the same targets as the other shipped scenarios."""
+    out = subprocess.run([sys.executable, "-m", "fabricd", "eval", "large", "--json"],
+                         capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
+    doc = json.loads(out.stdout)
+    large = doc["scenarios"]["large"]
+    assert large["scrapes"] == 121 and large["samples"] > 3_000_000
+    assert doc["recall"] >= TARGET_RECALL and doc["precision"] >= TARGET_PRECISION, doc["faults"]
+    assert doc["localization_top1"] >= TARGET_TOP1 and doc["on_time"] == 1.0, doc["faults"]
+    assert doc["false_positives"] == 0, large["false_positive_incidents"]
+    assert sorted(f["kind"] for f in doc["faults"]) == ["congestion", "hol_blocking", "link_flap", "lossy_link",
+                                                        "straggler"]  # fmt: skip

@@ -149,3 +149,33 @@ def test_collectors_read_a_simulated_node_like_a_real_one(tmp_path: Path) -> Non
     pause = [r for r in eth_readings if r.metric == "rx_pause_duration"]
     assert {r.device for r in pause} == {"mlx5_0", "mlx5_1"}
     assert all(dict(r.labels)["priority"] == "3" for r in pause)
+
+
+@pytest.mark.parametrize("link_layer", ["infiniband", "roce"])
+def test_no_port_moves_more_than_its_line_rate(tmp_path: Path, link_layer: str) -> None:
+    """Load skew and jitter may ask more of a port than its link carries; the simulated flows slow
+    down instead (as congestion control would), so data counters never show > 100 % utilization."""
+    sc = parse({"name": "t", "seed": 3, "duration": "5m", "interval": "10s",
+                "topology": {"nodes": 16, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2,
+                             "link_layer": link_layer},
+                "workload": {"kind": "allreduce", "load": 0.9, "noise": 0.3}})  # fmt: skip
+    cluster = create(sc, tmp_path, 1.7e9)
+    line = cluster.sim.fabric.line_bytes_per_second
+    ports = [(node, f"mlx5_{h}") for node in cluster.nodes for h in range(2)]
+
+    def words() -> dict[tuple[str, str, str], int]:
+        out = {}
+        for node, dev in ports:
+            base = cluster.sysfs_root(node) / "class" / "infiniband" / dev / "ports" / "1" / "counters"
+            for name in ("port_xmit_data", "port_rcv_data"):
+                out[(node, dev, name)] = int((base / name).read_text())
+        return out
+
+    before, busiest = words(), 0.0
+    for k in range(1, 31):
+        cluster.advance_to(k * 10.0)
+        now = words()
+        for key, value in now.items():
+            busiest = max(busiest, (value - before[key]) * 4 / 10.0 / line)
+        before = now
+    assert 0.7 < busiest <= 1.0 + 1e-9

@@ -93,9 +93,11 @@ class Simulation:
         load = self.scenario.workload.load
         noise = self.scenario.workload.noise
         line = self.fabric.line_bytes_per_second
+        demands = []
         for flow in self.fabric.flows:
             jitter = max(0.0, 1.0 + rng.gauss(0.0, noise))
-            rate = line * load * flow.share * jitter * _node_load(self.scenario.seed, flow.src)
+            demands.append((flow, line * load * flow.share * jitter * _node_load(self.scenario.seed, flow.src)))
+        for flow, rate in _fair_shares(demands, line):
             _flow(sums, flow, rate * dt, cond, self.roce, dt, line)
         for port, sev in cond.incast.items():
             _incast(sums, self.fabric, port, sev, dt, self.roce)
@@ -130,6 +132,25 @@ class Simulation:
                 factor = min(factor, 1.0 - 0.8 * cond.paused.get(port, 0.0), 1.0 - cond.storm.get(port, 0.0))
             factor /= cond.slow.get(node, 1.0)
         return max(factor, 0.01)
+
+
+def _fair_shares(demands: list[tuple[Flow, float]], line: float) -> list[tuple[Flow, float]]:
+    """Each flow's rate once no port sends or receives more than its line rate.
+
+    Load skew and jitter can ask more of a port than its link carries (several flows converging
+    on one receiver asked up to 1.7x line rate in ``clean-ib``); real congestion control slows
+    the flows until the port is full. One proportional step does the same here: a flow gets at
+    most its share of each of its two ports (demand x line / the port's total demand), so neither
+    end exceeds line rate and the flows of an uncontended port keep their rate.
+    """
+    tx: dict[str, float] = {}
+    rx: dict[str, float] = {}
+    for flow, rate in demands:
+        tx[flow.src] = tx.get(flow.src, 0.0) + rate
+        rx[flow.dst] = rx.get(flow.dst, 0.0) + rate
+    return [(flow, rate * min(1.0, line / tx[flow.src] if tx[flow.src] > line else 1.0,
+                              line / rx[flow.dst] if rx[flow.dst] > line else 1.0))
+            for flow, rate in demands]  # fmt: skip
 
 
 def _node_load(seed: int, port: str) -> float:
@@ -181,7 +202,7 @@ def _incast(sums: dict[str, PortFlow], fabric: Fabric, port: str, sev: float, dt
     line = fabric.line_bytes_per_second
     dst = sums.setdefault(port, PortFlow())
     extra = max(0.0, line * dt * sev - dst.rx * 0.5)
-    dst.rx += extra
+    dst.rx = min(dst.rx + extra, line * dt)  # the downlink runs full; what does not fit waits upstream
     packets = extra / MTU_BYTES
     marked = packets * (0.1 + 0.3 * sev) if roce else 0.0
     dst.marked += marked
