@@ -40,6 +40,36 @@ def test_migrations_create_exactly_the_table_models(store: Store) -> None:
     assert db.is_ready(store.engine) == (True, f"schema at revision {db.head_revision()}")
 
 
+@pytest.mark.postgres
+def test_series_pages_leave_room_for_hot_updates_on_postgresql(tmp_path: Path) -> None:
+    """The latest-value flush rewrites series rows: with free space in each page PostgreSQL keeps
+    the new version beside the old one (a HOT update) and writes none of the three indexes."""
+    if not pg_reachable():
+        skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
+    with backend_url("postgres", tmp_path) as url:
+        engine = db.make_engine(url)
+        try:
+            db.prepare(engine)
+            store = Store(engine)
+            pages = text("SELECT id, (ctid::text::point)[0] FROM series ORDER BY id")
+            store.ingest(make_batch("n1", "a", [ib_sample(T0 + i, device=f"mlx5_{i}") for i in range(200)]), T0, 1000)
+            with engine.connect() as conn:
+                before = conn.execute(pages).all()
+            store.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, device=f"mlx5_{i}") for i in range(200)]), T0, 1000)
+            store.flush_latest()  # writes every row once: room for one new version in each page
+            with engine.connect() as conn:
+                options = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'series'")).scalar_one()
+                after = conn.execute(pages).all()
+        finally:
+            engine.dispose()
+    # The new versions stayed in their pages: 82 % of them here, the rest being the rows at the end
+    # of a page that no longer fit beside its other new versions; packed pages (fillfactor 100)
+    # keep none (measured: 164 of 200 vs. 0 of 200).
+    stayed = sum(a == b for a, b in zip(after, before, strict=True))
+    assert options == ["fillfactor=50"]
+    assert stayed >= 0.7 * len(before) and len({page for _id, page in before}) > 1
+
+
 def test_a_newer_schema_is_refused_with_a_clear_message(store: Store) -> None:
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
