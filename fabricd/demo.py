@@ -121,9 +121,10 @@ def _start_simulated_cluster(demo: Demo) -> list[str]:
 
     opts = demo.options
     demo.sim = live.start(opts.scenario, opts.data_dir / "sim", speed=opts.speed, nodes=opts.nodes)
-    # The central localizes on the topology it knows: hand it the simulated fabric's, as a
-    # discovery job (ibnetdiscover, LLDP) would for a real one.
-    upload_topology(demo.url, to_doc(demo.sim.cluster.sim.fabric.topology))
+    # The central localizes on the topology it knows: hand it the simulated fabric's and its probe
+    # routes, as a discovery job (ibnetdiscover or LLDP, and ibtracert or traceroute) would.
+    cluster = demo.sim.cluster
+    upload_topology(demo.url, to_doc(cluster.sim.fabric.topology, cluster.routes()))
     for node in demo.sim.nodes:
         demo.start_agent(node, demo.sim.sysfs_root(node), demo.sim.agent_config(node))
     return list(demo.sim.nodes)

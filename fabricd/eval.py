@@ -147,16 +147,6 @@ def _build_nodes(cluster: SimCluster, clock: ManualClock) -> list[Node]:
     return nodes
 
 
-def _path_oracle(cluster: SimCluster) -> dict[tuple[str, str], list[str]]:
-    """Where each probed pair's packets go (the switches' ECMP hash model): routing, not faults."""
-    fabric = cluster.sim.fabric
-    out: dict[tuple[str, str], list[str]] = {}
-    for p in fabric.probes:
-        src, dst = fabric.rail_port(p.src, p.rail), fabric.rail_port(p.dst, p.rail)
-        out[(p.src, p.dst)] = [p.src, p.dst, src, dst, *p.links]
-    return out
-
-
 async def _scrape(nodes: list[Node], ts: float) -> list[tuple[str, Sample]]:
     from fabricd.derived import derive
 
@@ -223,7 +213,7 @@ async def _replay(scenario: Scenario, workdir: Path, step: Step) -> Replay:
     cluster = create(scenario, workdir, EPOCH)
     clock = ManualClock(EPOCH)
     engine = DetectionEngine()
-    engine.set_topology(cluster.sim.fabric.topology, _path_oracle(cluster))
+    engine.set_topology(cluster.sim.fabric.topology, cluster.routes())
     nodes = _build_nodes(cluster, clock)
     seen: dict[str, tuple[float, Incident]] = {}
     ticks = int(scenario.duration // scenario.interval)

@@ -209,15 +209,37 @@ def from_yaml(path: Path) -> Topology:
     return _explicit(doc, layer)
 
 
-def to_doc(topo: Topology) -> dict[str, Any]:
-    """The REST API's topology document (``PUT /api/v1/topology``): elements and links."""
+Routes = dict[tuple[str, str], list[str]]  # (src node, dst node) -> the elements its packets cross
+
+
+def to_doc(topo: Topology, routes: Routes | None = None) -> dict[str, Any]:
+    """The REST API's topology document (``PUT /api/v1/topology``): elements, links and, when
+    known, the routes between probed nodes (traceroute / ibtracert, or the switches' ECMP hash)."""
     elements: list[dict[str, Any]] = [
         {"id": sw.id, "type": "switch", "tier": sw.tier, "guid": sw.guid} for sw in topo.switches.values()
     ]
     elements += [{"id": h.id, "type": "hca_port", "node": h.node, "device": h.device, "port": h.port,
                   "guid": h.guid, "link_layer": topo.link_layer} for h in topo.hca_ports.values()]  # fmt: skip
     links = [{"a": link.a, "b": link.b} for link in topo.links.values()]
-    return {"elements": elements, "links": links}
+    doc: dict[str, Any] = {"elements": elements, "links": links}
+    if routes:
+        doc["routes"] = [{"src": src, "dst": dst, "elements": list(path)} for (src, dst), path in routes.items()]
+    return doc
+
+
+def routes_of(doc: dict[str, Any], topo: Topology) -> Routes:
+    """The document's routes, checked against ``topo``; raises ValueError naming a bad route."""
+    known = topo.elements()
+    routes: Routes = {}
+    for i, route in enumerate(doc.get("routes") or []):
+        src, dst, path = str(route.get("src", "")), str(route.get("dst", "")), route.get("elements") or []
+        if src not in topo.nodes or dst not in topo.nodes:
+            raise ValueError(f"routes[{i}]: src {src!r} and dst {dst!r} must be nodes of the topology")
+        unknown = [str(e) for e in path if str(e) not in known]
+        if unknown:
+            raise ValueError(f"routes[{i}] ({src} -> {dst}): unknown element(s) {', '.join(unknown[:5])}")
+        routes[(src, dst)] = [str(e) for e in path]
+    return routes
 
 
 def from_doc(doc: dict[str, Any]) -> Topology:

@@ -94,7 +94,6 @@ async def _replay(workdir: Path) -> tuple[Any, list[tuple[float, list[tuple[str,
 
 
 def _store_and_detect(settings: ServerSettings, cluster: Any, rounds: list[tuple[float, list[tuple[str, Sample]]]]) -> None:
-    from fabricd import eval as ev
     from fabricd.detect.engine import DetectionEngine
     from fabricd.server.detection import DetectionLoop
 
@@ -107,7 +106,7 @@ def _store_and_detect(settings: ServerSettings, cluster: Any, rounds: list[tuple
         for node, samples in per_node.items():
             svc.store.ingest(Batch(node, "sim", f"{node}-{k}", samples, created_ts=ts), ts, 20_000)
     engine = DetectionEngine()
-    engine.set_topology(cluster.sim.fabric.topology, ev._path_oracle(cluster))
+    engine.set_topology(cluster.sim.fabric.topology, cluster.routes())
     loop = DetectionLoop(svc.store, engine, svc.metrics, clock=lambda: rounds[-1][0])
     while loop.step():
         pass

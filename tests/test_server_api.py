@@ -20,6 +20,7 @@ from fabricd.server.services import Services
 from fabricd.server.store import Store
 from fabricd.server.testing import backend_url, encoded, ib_sample, make_batch, pg_reachable, running
 from fabricd.settings import LimitSettings, ServerSettings
+from fabricd.topology import fat_tree, to_doc
 from tests.helpers import skip_or_fail
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -407,12 +408,24 @@ async def test_pingmesh_matrix_and_nccl_runs(api: Api) -> None:
 
 async def test_topology_status_and_probes(api: Api) -> None:
     assert (await api.get("/api/v1/topology")).status_code == 404
-    doc = {"elements": [{"name": "leaf-01", "kind": "switch"}], "links": [{"a": "node-a", "b": "leaf-01"}]}
+    topo = fat_tree(4, 1, 2, 2, "roce")
+    route = ["node-001", "node-003", "node-001/mlx5_0", "node-003/mlx5_0", "node-001/mlx5_0~leaf-01",
+             "leaf-01~spine-02", "leaf-02~spine-02", "node-003/mlx5_0~leaf-02"]  # fmt: skip
+    doc = to_doc(topo, {("node-001", "node-003"): route})
     put = await api.client.put("/api/v1/topology", json=doc, headers=api.auth(api.read))
     assert put.status_code == 403
     put = await api.client.put("/api/v1/topology", json=doc, headers=api.auth(api.admin))
     assert put.status_code == 200 and put.json()["links"] == doc["links"]
-    assert (await api.get("/api/v1/topology")).json()["elements"] == doc["elements"]
+    got = (await api.get("/api/v1/topology")).json()
+    assert got["elements"] == doc["elements"] and got["routes"] == doc["routes"]
+    # A topology the detectors could not use is refused at upload, naming what is wrong.
+    bad_link = {**doc, "links": [*doc["links"], {"a": "node-009/mlx5_0", "b": "leaf-01"}]}
+    put = await api.client.put("/api/v1/topology", json=bad_link, headers=api.auth(api.admin))
+    assert put.status_code == 422 and "node-009/mlx5_0~leaf-01: unknown end" in put.json()["message"]
+    bad_route = {**doc, "routes": [{"src": "node-001", "dst": "node-003", "elements": ["leaf-01~spine-09"]}]}
+    put = await api.client.put("/api/v1/topology", json=bad_route, headers=api.auth(api.admin))
+    assert put.status_code == 422 and "routes[0] (node-001 -> node-003): unknown element(s) leaf-01~spine-09" in put.json()["message"]
+    assert (await api.get("/api/v1/topology")).json()["routes"] == doc["routes"]  # the last good one stays
     await api.ingest("node-a", "1", [ib_sample(time.time())])
     api.store.upsert_incident(incident("c1"), time.time())
     status = (await api.get("/api/v1/status")).json()

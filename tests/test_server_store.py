@@ -322,3 +322,22 @@ def test_the_detection_tail_reads_exactly_what_the_database_holds(store: Store, 
     newest = store.last_point_id()
     assert store._tail.since(newest - 2, 100) is not None
     assert key(store.read_samples_since(newest - 2, 100)) == key(db_read(newest - 2, 100))
+
+
+def test_the_detector_follows_the_stored_topology_and_its_routes(store: Store, tmp_path: Path) -> None:
+    """Probe routes uploaded with the topology (ibtracert, traceroute) reach the localizer: a routed
+    pair has the one path it takes, an unrouted pair every ECMP alternative."""
+    from fabricd.server.detection import EngineDetector
+    from fabricd.settings import ServerSettings
+    from fabricd.topology import fat_tree, to_doc
+
+    route = ["node-001", "node-003", "node-001/mlx5_0", "node-003/mlx5_0", "node-001/mlx5_0~leaf-01",
+             "leaf-01~spine-02", "leaf-02~spine-02", "node-003/mlx5_0~leaf-02"]  # fmt: skip
+    store.put_topology(to_doc(fat_tree(4, 1, 2, 2, "roce"), {("node-001", "node-003"): route}), T0)
+    detector = EngineDetector(ServerSettings(data_dir=tmp_path), store)
+    assert detector.process([]) == []  # reads the stored topology
+    localizer = detector.engine.localizer
+    assert localizer is not None
+    (path,) = localizer.pair_paths("node-001", "node-003")
+    assert set(route) <= path and "spine-02" in path and "leaf-01~spine-01" not in path
+    assert len(localizer.pair_paths("node-003", "node-001")) == 2  # no route uploaded: both spines

@@ -262,9 +262,21 @@ class StatusOut(BaseModel):
     )
 
 
+class RouteIn(BaseModel):
+    src: str = Field(max_length=128, description="node the probes start from")
+    dst: str = Field(max_length=128, description="node they go to")
+    elements: list[str] = Field(max_length=64, description="element ids the packets cross (ports, links, switches)")
+
+
 class TopologyIn(BaseModel):
     elements: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
     links: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
+    routes: list[RouteIn] = Field(
+        default_factory=list,
+        max_length=1_000_000,
+        description="where probes between two nodes go (traceroute, ibtracert or the switches' ECMP hash); "
+        "without them a fault on one of a leaf's uplinks is localized to the leaf",
+    )
 
 
 class TopologyOut(TopologyIn):

@@ -95,7 +95,7 @@ class EngineDetector:
 
     def _refresh_topology(self) -> None:
         from fabricd.server.store import NotFound
-        from fabricd.topology import from_doc
+        from fabricd.topology import from_doc, routes_of
 
         now = time.monotonic()
         if now < self._next_check:
@@ -107,7 +107,8 @@ class EngineDetector:
             return
         if row.updated_ts != self._topology_ts:
             try:
-                self.engine.set_topology(from_doc(row.doc))
+                topology = from_doc(row.doc)
+                self.engine.set_topology(topology, routes_of(row.doc, topology) or None)
             except (ValueError, KeyError) as exc:
                 logs.event(log, logging.ERROR, "stored topology is invalid; keeping the previous one", error=str(exc))
             self._topology_ts = row.updated_ts

@@ -54,6 +54,16 @@ class SimCluster:
     def truths(self) -> list[Truth]:
         return truths(self.sim.fabric, self.epoch)
 
+    def routes(self) -> dict[tuple[str, str], list[str]]:
+        """Where each probed pair's packets go (the switches' ECMP hash model): routing, not faults.
+        What traceroute or ibtracert would tell the central about a real fabric."""
+        fabric = self.sim.fabric
+        out: dict[tuple[str, str], list[str]] = {}
+        for p in fabric.probes:
+            src, dst = fabric.rail_port(p.src, p.rail), fabric.rail_port(p.dst, p.rail)
+            out[(p.src, p.dst)] = [p.src, p.dst, src, dst, *p.links]
+        return out
+
     def write_all(self, step: Step = quiet) -> None:
         for node in self.nodes:
             ports = [self.sim.ports[p] for p in self.sim.fabric.ports_of[node]]

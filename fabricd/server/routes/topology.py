@@ -1,4 +1,4 @@
-"""``/api/v1/topology``: the fabric's elements and links (uploaded by an admin or a discovery job)."""
+"""``/api/v1/topology``: the fabric's elements, links and probe routes (uploaded by an admin or a discovery job)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from fastapi import APIRouter
 
 from fabricd.server.api_models import TopologyIn, TopologyOut
 from fabricd.server.deps import Admin, Reader, Svc
-from fabricd.server.errors import not_found
+from fabricd.server.errors import ApiError, not_found
 from fabricd.server.routes.common import AUTH_ERRORS, NOT_FOUND
 from fabricd.server.store import NotFound
+from fabricd.topology import from_doc, routes_of
 
 router = APIRouter(tags=["topology"])
 
@@ -25,11 +26,20 @@ def get_topology(svc: Svc, _who: Reader) -> TopologyOut:
     except NotFound as exc:
         raise not_found(str(exc)) from exc
     return TopologyOut(
-        name=row.name, updated_ts=row.updated_ts, elements=row.doc.get("elements", []), links=row.doc.get("links", [])
+        name=row.name,
+        updated_ts=row.updated_ts,
+        elements=row.doc.get("elements", []),
+        links=row.doc.get("links", []),
+        routes=row.doc.get("routes", []),
     )
 
 
 @router.put("/api/v1/topology", response_model=TopologyOut, responses=AUTH_ERRORS, summary="Replace (admin)")
 def put_topology(svc: Svc, _who: Admin, body: TopologyIn) -> TopologyOut:
-    svc.store.put_topology(body.model_dump(), svc.clock())
+    doc = body.model_dump()
+    try:  # refused here, with the reason, rather than logged later by the detection loop
+        routes_of(doc, from_doc(doc))
+    except (ValueError, KeyError) as exc:
+        raise ApiError(422, "invalid_request", f"topology: {exc}") from exc
+    svc.store.put_topology(doc, svc.clock())
     return get_topology(svc, _who)
