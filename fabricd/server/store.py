@@ -6,6 +6,8 @@ so ``points.id`` order is commit order on every backend: the detection engine's 
 (``read_samples_since``) can then never skip a point committed late with a smaller id.
 Batch ingest is one transaction: the batch id row, node, collector health, new series and every
 point commit together or not at all, so a retried batch is a no-op and a crash cannot half-store.
+The latest value of each series lives in memory (``_Latest``) and is written to the series table
+every few seconds; the points just stored also stay in memory for the detection stream (``_Tail``).
 """
 
 from __future__ import annotations
