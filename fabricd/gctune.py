@@ -1,4 +1,4 @@
-"""Cyclic garbage collector settings for fabricd's long-running processes.
+"""Cyclic garbage collector settings for fabricd's long-running processes (and ``fabricd eval``).
 
 CPython runs a young-generation collection every 700 net allocations, and every object alive at
 that moment is promoted; a full collection walks the whole heap once the promoted objects exceed a
@@ -31,6 +31,19 @@ def tune_for_service() -> None:
     gc.collect()  # leave no garbage in the permanent generation
     gc.freeze()
     gc.set_threshold(*THRESHOLDS)
+
+
+@contextmanager
+def raised(thresholds: tuple[int, int, int] = THRESHOLDS) -> Iterator[None]:
+    """``THRESHOLDS`` for one batch job in a process that is not a service (``fabricd eval``), the
+    previous ones after it and a full collection at the end."""
+    saved = gc.get_threshold()
+    gc.set_threshold(*thresholds)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
+        gc.collect()
 
 
 _pause_lock = threading.Lock()

@@ -53,3 +53,10 @@ def test_tune_for_service_freezes_start_up_and_raises_thresholds() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 2)
     assert out[0] == "0" and out[1] == "True"
     assert out[2].strip() == str(gctune.THRESHOLDS)
+
+
+def test_raised_restores_the_thresholds() -> None:
+    before = gc.get_threshold()
+    with gctune.raised():
+        assert gc.get_threshold() == gctune.THRESHOLDS
+    assert gc.get_threshold() == before
