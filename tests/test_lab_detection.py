@@ -195,10 +195,12 @@ async def test_small_fifo_drop_is_a_packet_loss_incident_on_its_link(lab: Lab, f
 
     link = det.link["h3"]
     # A FIFO overflows because the shaper in front of it throttles: the link may be reported
-    # congested as well (qdisc overlimits), but nothing is reported anywhere else, and no flap.
+    # congested as well (qdisc overlimits), and its RTT tail may rise above the baseline before the
+    # queue's counters say why (seen once in CI: tail_latency on the same link, opened first), but
+    # nothing is reported anywhere else, and no flap.
     assert {i.element for i in det.incidents.values()} == {link}, det.summary()
     kinds = {i.kind for i in det.incidents.values()}
-    assert kinds <= {IncidentKind.PACKET_LOSS, IncidentKind.CONGESTION}, det.summary()
+    assert kinds <= {IncidentKind.PACKET_LOSS, IncidentKind.CONGESTION, IncidentKind.TAIL_LATENCY}, det.summary()
     (inc,) = det.of(IncidentKind.PACKET_LOSS)
     assert inc.candidates[0].element == link
     assert lab.switch_port("h3") in evidence_at(inc, "discard_rate")
