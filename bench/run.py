@@ -282,7 +282,7 @@ class Central:
             argv += ["--db", db]
         # Latest values written every second (the default is 30 s): each point's latest value is
         # then written about once, as when every point updated its series row, and the ingest
-        # time below waits for the last write (``wait_flushed``).
+        # time below waits for the last write (``wait_caught_up``).
         env = {**os.environ, "FABRICD_LATEST_FLUSH_SECONDS": str(LATEST_FLUSH_SECONDS)}
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -296,7 +296,7 @@ class Central:
             time.sleep(0.2)
         raise RuntimeError("fabricd server did not become ready")
 
-    def wait_flushed(self, timeout: float = 300.0) -> None:
+    def wait_caught_up(self, timeout: float = 300.0) -> None:
         """Until every latest value the service holds in memory is written to the database and the
         detectors have processed every stored point: ingest is done when both are."""
         deadline = time.monotonic() + timeout
@@ -394,7 +394,7 @@ def _ingest_run(db_label: str, nodes: int, scrapes: int, run: int, tmp: Path, re
     try:
         start = time.perf_counter()
         post_all(central.url, bodies)
-        central.wait_flushed()
+        central.wait_caught_up()
         out["service"] = total / (time.perf_counter() - start)
         if render:
             out["render"] = _metrics_render_seconds(central.url, 3).median

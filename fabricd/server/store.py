@@ -201,7 +201,7 @@ class Store:
                 if job.latest:
                     self._latest.apply(job.batch.node, job.latest)
                     if tail is not None and job.last_point_id:
-                        tail.append(job.last_point_id, job.batch.node, job.latest)
+                        tail.append(job.last_point_id, job.latest)
         finally:
             for job in group:
                 if job.result is None and job.error is None:  # interrupted (KeyboardInterrupt in the leader)
@@ -852,16 +852,16 @@ class _Tail:
 
     def __init__(self, floor: int, max_points: int) -> None:
         self._lock = threading.Lock()
-        self._entries: deque[tuple[int, int, str, Sequence[PointRow]]] = deque()  # first id, last id, node, rows
+        self._entries: deque[tuple[int, int, Sequence[PointRow]]] = deque()  # first id, last id, rows
         self._points = 0
         self.floor, self.max_points = floor, max_points
 
-    def append(self, last_id: int, node: str, rows: Sequence[PointRow]) -> None:
+    def append(self, last_id: int, rows: Sequence[PointRow]) -> None:
         with self._lock:
-            self._entries.append((last_id - len(rows) + 1, last_id, node, rows))
+            self._entries.append((last_id - len(rows) + 1, last_id, rows))
             self._points += len(rows)
             while self._points > self.max_points and len(self._entries) > 1:
-                _first, last, _node, old = self._entries.popleft()
+                _first, last, old = self._entries.popleft()
                 self._points -= len(old)
                 self.floor = last
 
@@ -872,7 +872,7 @@ class _Tail:
                 return None
             out: list[tuple[Any, ...]] = []
             upto = cursor
-            for first, last, _node, rows in self._entries:
+            for first, last, rows in self._entries:
                 if last <= cursor:
                     continue
                 skip = max(0, cursor - first + 1)
