@@ -52,13 +52,23 @@ def write_node_tree(root: Path) -> Path:
 
     hw = {name: 42 for name in st.MLX5_Q_COUNTERS}
     devices = {
-        f"mlx5_{i}": st.DeviceTree(node_guid=f"a088:c203:00{i:02x}:1e2c", ports={"1": st.PortTree(
-            counters=counters(), hw_counters={**hw, "lifespan": 12})})
+        f"mlx5_{i}": st.DeviceTree(
+            node_guid=f"a088:c203:00{i:02x}:1e2c",
+            ports={"1": st.PortTree(counters=counters(), hw_counters={**hw, "lifespan": 12})},
+        )
         for i in range(8)
-    }  # fmt: skip
-    devices["mlx5_bond_0"] = st.DeviceTree(hca_type="MT41692", ports={"1": st.PortTree(
-        link_layer="Ethernet", rate="200 Gb/sec (2X NDR)", counters=counters(),
-        hw_counters={**hw, **{name: 7 for name in st.MLX5_CONG_COUNTERS}, "lifespan": 12})})  # fmt: skip
+    }
+    devices["mlx5_bond_0"] = st.DeviceTree(
+        hca_type="MT41692",
+        ports={
+            "1": st.PortTree(
+                link_layer="Ethernet",
+                rate="200 Gb/sec (2X NDR)",
+                counters=counters(),
+                hw_counters={**hw, **{name: 7 for name in st.MLX5_CONG_COUNTERS}, "lifespan": 12},
+            )
+        },
+    )
     st.write_infiniband_tree(root, devices)
     return root
 
@@ -74,8 +84,22 @@ def counter_file_count(root: Path) -> int:
 
 
 def _fabricd_collect_cpu(root: Path, count: int) -> float:
-    argv = [PY, "-m", "fabricd", "collect", "--count", str(count), "--interval", "0", "--format", "none",
-            "--sysfs-root", str(root), "--collector", "infiniband"]  # fmt: skip
+    argv = [
+        PY,
+        "-m",
+        "fabricd",
+        "collect",
+        "--count",
+        str(count),
+        "--interval",
+        "0",
+        "--format",
+        "none",
+        "--sysfs-root",
+        str(root),
+        "--collector",
+        "infiniband",
+    ]
     return run_child(argv).cpu_seconds
 
 
@@ -96,10 +120,16 @@ class NodeExporter:
     def __init__(self, root: Path) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
-            ["prometheus-node-exporter", f"--path.sysfs={root}", "--collector.disable-defaults",
-             "--collector.infiniband", f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "prometheus-node-exporter",
+                f"--path.sysfs={root}",
+                "--collector.disable-defaults",
+                "--collector.infiniband",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.client = httpx.Client(headers={"Accept-Encoding": "identity"})
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -163,10 +193,25 @@ def bench_footprint(mode: str) -> list[Row]:
         root = write_node_tree(Path(tmp) / "sys")
         # No central: the agent spools, which is its worst steady state (it also serializes to disk).
         proc = subprocess.Popen(
-            [PY, "-m", "fabricd", "agent", "--node", "bench", "--sysfs-root", str(root), "--interval", "1",
-             "--central", f"http://127.0.0.1:{free_port()}", "--data-dir", str(Path(tmp) / "data")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                PY,
+                "-m",
+                "fabricd",
+                "agent",
+                "--node",
+                "bench",
+                "--sysfs-root",
+                str(root),
+                "--interval",
+                "1",
+                "--central",
+                f"http://127.0.0.1:{free_port()}",
+                "--data-dir",
+                str(Path(tmp) / "data"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             time.sleep(warm_up)  # imports, discovery, first batches
             cpu0, t0 = pid_cpu_seconds(proc.pid), time.monotonic()
@@ -177,8 +222,13 @@ def bench_footprint(mode: str) -> list[Row]:
             proc.terminate()
             proc.wait(15)
     return [
-        _row("footprint", "fabricd agent steady CPU at 1 s interval", Stat.of([cpu * 100]), "%",
-             f"over {seconds} s, central down (spooling)"),
+        _row(
+            "footprint",
+            "fabricd agent steady CPU at 1 s interval",
+            Stat.of([cpu * 100]),
+            "%",
+            f"over {seconds} s, central down (spooling)",
+        ),
         _row("footprint", "fabricd agent peak RSS", Stat.of([rss / 2**20]), "MiB", ""),
     ]
 
@@ -200,17 +250,25 @@ def fleet_batches(nodes: int, scrapes: int, t0: float = 1_700_000_000.0) -> list
         ts = t0 + 10.0 * k
         for n in range(nodes):
             samples = [
-                Sample(ts, Reading("infiniband", f"mlx5_{p}", "1", f"counter_{c:02d}", float(k * 1000 + c), "packets",
-                                   Kind.COUNTER), rate=float(c))
-                for p in range(PORTS_PER_NODE) for c in range(COUNTERS_PER_PORT)
-            ]  # fmt: skip
+                Sample(
+                    ts,
+                    Reading(
+                        "infiniband", f"mlx5_{p}", "1", f"counter_{c:02d}", float(k * 1000 + c), "packets", Kind.COUNTER
+                    ),
+                    rate=float(c),
+                )
+                for p in range(PORTS_PER_NODE)
+                for c in range(COUNTERS_PER_PORT)
+            ]
             batches.append(Batch(f"node-{n:04d}", "bench", f"b-{n}-{k}", samples, created_ts=ts))
     return batches
 
 
 def _bare_rows(batches: list[Any]) -> list[list[tuple[Any, ...]]]:
-    return [[(hash((b.node, s.reading.key())) & 0xFFFFFF, s.ts, s.reading.value, s.rate, s.status.value)
-             for s in b.samples] for b in batches]  # fmt: skip
+    return [
+        [(hash((b.node, s.reading.key())) & 0xFFFFFF, s.ts, s.reading.value, s.rate, s.status.value) for s in b.samples]
+        for b in batches
+    ]
 
 
 def _bare_connect(url: str) -> tuple[Any, str]:
@@ -232,16 +290,20 @@ def _insert_like_service(cur: Any, ph: str, rows: list[tuple[Any, ...]]) -> None
     ``INSERT .. VALUES (..), (..)`` in power-of-two chunks of at most 512 rows; on PostgreSQL, one
     ``INSERT .. SELECT FROM unnest(arrays)`` with binary parameters."""
     if ph == "%s":
-        cur.execute("INSERT INTO bare_points (series_id, ts, value, rate, status) SELECT * FROM "
-                    "unnest(%b::bigint[], %b::float8[], %b::float8[], %b::float8[], %b::text[])",
-                    [list(col) for col in zip(*rows, strict=True)])  # fmt: skip
+        cur.execute(
+            "INSERT INTO bare_points (series_id, ts, value, rate, status) SELECT * FROM "
+            "unnest(%b::bigint[], %b::float8[], %b::float8[], %b::float8[], %b::text[])",
+            [list(col) for col in zip(*rows, strict=True)],
+        )
         return
     start = 0
     while start < len(rows):
         size = min(512, 1 << ((len(rows) - start).bit_length() - 1))
         values = ", ".join([f"({ph}, {ph}, {ph}, {ph}, {ph})"] * size)
-        cur.execute(f"INSERT INTO bare_points (series_id, ts, value, rate, status) VALUES {values}",
-                    [x for row in rows[start:start + size] for x in row])  # fmt: skip
+        cur.execute(
+            f"INSERT INTO bare_points (series_id, ts, value, rate, status) VALUES {values}",
+            [x for row in rows[start : start + size] for x in row],
+        )
         start += size
 
 
@@ -252,10 +314,13 @@ def bare_insert(batches: list[Any], url: str, method: str) -> float:
     total = sum(len(r) for r in rows_per_batch)
     conn, ph = _bare_connect(url)
     conn.execute("DROP TABLE IF EXISTS bare_points")
-    conn.execute("CREATE TABLE bare_points (id INTEGER PRIMARY KEY, series_id INTEGER, ts REAL, value REAL, "
-                 "rate REAL, status TEXT)" if ph == "?" else
-                 "CREATE TABLE bare_points (id BIGSERIAL PRIMARY KEY, series_id BIGINT, ts DOUBLE PRECISION, "
-                 "value DOUBLE PRECISION, rate DOUBLE PRECISION, status TEXT)")  # fmt: skip
+    conn.execute(
+        "CREATE TABLE bare_points (id INTEGER PRIMARY KEY, series_id INTEGER, ts REAL, value REAL, "
+        "rate REAL, status TEXT)"
+        if ph == "?"
+        else "CREATE TABLE bare_points (id BIGSERIAL PRIMARY KEY, series_id BIGINT, ts DOUBLE PRECISION, "
+        "value DOUBLE PRECISION, rate DOUBLE PRECISION, status TEXT)"
+    )
     conn.commit()
     sql = f"INSERT INTO bare_points (series_id, ts, value, rate, status) VALUES ({ph}, {ph}, {ph}, {ph}, {ph})"
     start = time.perf_counter()
@@ -276,8 +341,19 @@ class Central:
 
     def __init__(self, data_dir: Path, db: str | None = None) -> None:
         self.port = free_port()
-        argv = [PY, "-m", "fabricd", "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", str(data_dir),
-                "--no-auth", "--log-level", "warning"]  # fmt: skip
+        argv = [
+            PY,
+            "-m",
+            "fabricd",
+            "server",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--data-dir",
+            str(data_dir),
+            "--no-auth",
+            "--log-level",
+            "warning",
+        ]
         if db:
             argv += ["--db", db]
         # Latest values written every second (the default is 30 s): each point's latest value is
@@ -418,21 +494,53 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
     service = [r["service"] for r in results]
     note = f"{nodes} nodes x {PORTS_PER_NODE} ports x {COUNTERS_PER_PORT} counters x {scrapes} scrapes"
     rows = [
-        _row("ingest", f"central ingest, {db_label}", Stat.of(service), "samples/s",
-             note + f", 8 agents in flight, until detection has caught up and latest values are "
-             f"written (every {LATEST_FLUSH_SECONDS:g} s)"),
-        _row("ingest", f"bare executemany, {db_label}", Stat.of([r["executemany"] for r in results]), "samples/s",
-             "same rows, one txn per batch, one table"),
-        _row("ingest", f"bare, service's DBAPI method, {db_label}", Stat.of([r["service_method"] for r in results]),
-             "samples/s", "as above; " + ("VALUES (..),(..) x512" if db_label == "SQLite" else "unnest(arrays)")),
-        _row("ingest", f"ratio central / bare executemany, {db_label}",
-             Stat.of([r["service"] / r["executemany"] for r in results]), "x", "the service's overhead"),
-        _row("ingest", f"ratio central / bare with the service's method, {db_label}",
-             Stat.of([r["service"] / r["service_method"] for r in results]), "x", "same DBAPI method on both sides"),
-    ]  # fmt: skip
+        _row(
+            "ingest",
+            f"central ingest, {db_label}",
+            Stat.of(service),
+            "samples/s",
+            note + f", 8 agents in flight, until detection has caught up and latest values are "
+            f"written (every {LATEST_FLUSH_SECONDS:g} s)",
+        ),
+        _row(
+            "ingest",
+            f"bare executemany, {db_label}",
+            Stat.of([r["executemany"] for r in results]),
+            "samples/s",
+            "same rows, one txn per batch, one table",
+        ),
+        _row(
+            "ingest",
+            f"bare, service's DBAPI method, {db_label}",
+            Stat.of([r["service_method"] for r in results]),
+            "samples/s",
+            "as above; " + ("VALUES (..),(..) x512" if db_label == "SQLite" else "unnest(arrays)"),
+        ),
+        _row(
+            "ingest",
+            f"ratio central / bare executemany, {db_label}",
+            Stat.of([r["service"] / r["executemany"] for r in results]),
+            "x",
+            "the service's overhead",
+        ),
+        _row(
+            "ingest",
+            f"ratio central / bare with the service's method, {db_label}",
+            Stat.of([r["service"] / r["service_method"] for r in results]),
+            "x",
+            "same DBAPI method on both sides",
+        ),
+    ]
     if db_label == "SQLite":
-        rows.append(_row("exporter", f"/metrics render, {nodes}-node fleet", Stat.of([r["render"] for r in results]),
-                         "s", f"{nodes * PORTS_PER_NODE * COUNTERS_PER_PORT} series, all fresh"))  # fmt: skip
+        rows.append(
+            _row(
+                "exporter",
+                f"/metrics render, {nodes}-node fleet",
+                Stat.of([r["render"] for r in results]),
+                "s",
+                f"{nodes * PORTS_PER_NODE * COUNTERS_PER_PORT} series, all fresh",
+            )
+        )
     return rows
 
 
@@ -451,26 +559,47 @@ def bench_transport(mode: str) -> list[Row]:
     batches, runs = {"smoke": (5, 1), "quick": (50, 2), "full": (200, 3)}[mode]
     results = []
     for _ in range(runs):
-        proc = subprocess.run([PY, str(REPO / "bench" / "transport_bench.py"), "--batches", str(batches),
-                               "--samples", "1000"], capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
+        proc = subprocess.run(
+            [PY, str(REPO / "bench" / "transport_bench.py"), "--batches", str(batches), "--samples", "1000"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=900,
+        )
         results.append(json.loads(proc.stdout))
     note = f"{batches} batches x 1000 samples, msgpack+gzip, central on SQLite"
     return [
-        _row("transport", "agent -> central batches/s", Stat.of([r["agent"]["batches_per_second"] for r in results]),
-             "batches/s", note),
-        _row("transport", "agent -> central samples/s", Stat.of([r["agent"]["samples_per_second"] for r in results]),
-             "samples/s", "acknowledged end to end"),
-        _row("transport", "agent encode alone", Stat.of([r["encode"]["batches_per_second"] for r in results]),
-             "batches/s", "the agent's CPU ceiling, no network"),
-    ]  # fmt: skip
+        _row(
+            "transport",
+            "agent -> central batches/s",
+            Stat.of([r["agent"]["batches_per_second"] for r in results]),
+            "batches/s",
+            note,
+        ),
+        _row(
+            "transport",
+            "agent -> central samples/s",
+            Stat.of([r["agent"]["samples_per_second"] for r in results]),
+            "samples/s",
+            "acknowledged end to end",
+        ),
+        _row(
+            "transport",
+            "agent encode alone",
+            Stat.of([r["encode"]["batches_per_second"] for r in results]),
+            "batches/s",
+            "the agent's CPU ceiling, no network",
+        ),
+    ]
 
 
 # --------------------------------------------------------------------------- 4. detection
 
 
 def _eval(scenario: str) -> dict[str, Any]:
-    proc = subprocess.run([PY, "-m", "fabricd", "eval", scenario, "--json"], capture_output=True, text=True,
-                          check=True, timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        [PY, "-m", "fabricd", "eval", scenario, "--json"], capture_output=True, text=True, check=True, timeout=1800
+    )
     return dict(json.loads(proc.stdout)["scenarios"][scenario])
 
 
@@ -481,12 +610,25 @@ def bench_detect(mode: str) -> list[Row]:
         results = [_eval(scenario) for _ in range(runs)]
         r0 = results[0]
         note = f"{r0['scrapes']} scrapes, {r0['samples']:,} samples"
-        rows.append(_row("detect", f"samples/s through the detectors ({scenario})",
-                         Stat.of([r["samples"] / r["detect_seconds"] for r in results]), "samples/s", note))  # fmt: skip
-        rows.append(_row("detect", f"fabricd eval wall time ({scenario})",
-                         Stat.of([r["wall_seconds"] for r in results]), "s",
-                         "collectors + rates + detection, in-process" + (", 256 nodes, 1 simulated hour"
-                                                                         if scenario == "large" else "")))  # fmt: skip
+        rows.append(
+            _row(
+                "detect",
+                f"samples/s through the detectors ({scenario})",
+                Stat.of([r["samples"] / r["detect_seconds"] for r in results]),
+                "samples/s",
+                note,
+            )
+        )
+        rows.append(
+            _row(
+                "detect",
+                f"fabricd eval wall time ({scenario})",
+                Stat.of([r["wall_seconds"] for r in results]),
+                "s",
+                "collectors + rates + detection, in-process"
+                + (", 256 nodes, 1 simulated hour" if scenario == "large" else ""),
+            )
+        )
     return rows
 
 
@@ -514,8 +656,10 @@ def _fmt(value: float, unit: str) -> str:
 def table(rows: list[Row]) -> str:
     lines = ["| section | measurement | median | min | max | runs | note |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['section']} | {r['what']} | {_fmt(r['median'], r['unit'])} | {_fmt(r['min'], r['unit'])} "
-                     f"| {_fmt(r['max'], r['unit'])} | {r['runs']} | {r['note']} |")  # fmt: skip
+        lines.append(
+            f"| {r['section']} | {r['what']} | {_fmt(r['median'], r['unit'])} | {_fmt(r['min'], r['unit'])} "
+            f"| {_fmt(r['max'], r['unit'])} | {r['runs']} | {r['note']} |"
+        )
     return "\n".join(lines)
 
 
@@ -527,14 +671,21 @@ def machine() -> dict[str, str]:
     except (OSError, StopIteration):
         pass
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
-    return {"cpu": cpu, "cores": str(os.cpu_count()), "python": platform.python_version(),
-            "commit": commit.stdout.strip() or "unknown", "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "commit": commit.stdout.strip() or "unknown",
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def write_docs(rows: list[Row], info: dict[str, str], doc: Path = REPO / "docs" / "benchmarks.md") -> None:
     head = doc.read_text().split("<!-- bench:start -->")[0] if doc.exists() else "# Benchmarks\n\n"
-    body = (f"<!-- bench:start -->\nLatest run ({info['mode']}): {info['date']}, commit `{info['commit']}`, "
-            f"{info['cpu']} ({info['cores']} cores), Python {info['python']}.\n\n{table(rows)}\n")  # fmt: skip
+    body = (
+        f"<!-- bench:start -->\nLatest run ({info['mode']}): {info['date']}, commit `{info['commit']}`, "
+        f"{info['cpu']} ({info['cores']} cores), Python {info['python']}.\n\n{table(rows)}\n"
+    )
     doc.write_text(head + body)
 
 

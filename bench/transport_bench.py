@@ -58,10 +58,25 @@ def free_port() -> int:
 
 def _spawn_central(port: int, db: Path, folder: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "fabricd", "server", "--listen", f"127.0.0.1:{port}", "--db", f"sqlite:///{db}",
-         "--data-dir", str(folder), "--no-auth", "--log-level", "warning"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fabricd",
+            "server",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--db",
+            f"sqlite:///{db}",
+            "--data-dir",
+            str(folder),
+            "--no-auth",
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
 
 
 def start_central(folder: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
@@ -90,10 +105,12 @@ def encode_rate(samples: int, n: int = 20) -> float:
 
 async def push(url: str, data_dir: Path, batches: int, samples: int) -> dict[str, float]:
     settings = AgentSettings(
-        node="bench-node", central=url, data_dir=data_dir,
+        node="bench-node",
+        central=url,
+        data_dir=data_dir,
         transport=TransportSettings(batch_max_samples=samples, batch_max_seconds=3600, timeout_seconds=30),
         spool=SpoolSettings(drain_batches_per_second=1000),
-    )  # fmt: skip
+    )
     registry = CollectorRegistry()
     transport = Transport(settings, agent_version="bench", registry=registry)
     await transport.start()
@@ -108,8 +125,12 @@ async def push(url: str, data_dir: Path, batches: int, samples: int) -> dict[str
     elapsed = time.perf_counter() - start
     spooled = registry.get_sample_value("fabricd_agent_batches_spooled_total") or 0.0
     await transport.close()
-    return {"seconds": elapsed, "batches_per_second": batches / elapsed,
-            "samples_per_second": batches * samples / elapsed, "spooled_batches": spooled}  # fmt: skip
+    return {
+        "seconds": elapsed,
+        "batches_per_second": batches / elapsed,
+        "samples_per_second": batches * samples / elapsed,
+        "spooled_batches": spooled,
+    }
 
 
 def stored_points(db: Path) -> int:
@@ -132,10 +153,13 @@ def main() -> int:
         try:
             agent = asyncio.run(push(url, folder / "agent", args.batches, args.samples))
             report: dict[str, object] = {
-                "batches": args.batches, "samples_per_batch": args.samples, "central": url,
-                "agent": agent, "encode": {"batches_per_second": encode_rate(args.samples)},
+                "batches": args.batches,
+                "samples_per_batch": args.samples,
+                "central": url,
+                "agent": agent,
+                "encode": {"batches_per_second": encode_rate(args.samples)},
                 "cpus": os.cpu_count(),
-            }  # fmt: skip
+            }
             if db is not None:
                 points = stored_points(db)
                 report["central_sqlite"] = {"points_stored": points, "samples_per_second": points / agent["seconds"]}

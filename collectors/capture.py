@@ -227,8 +227,18 @@ class CaptureCollector:
         return [self._reading(counter, labels, value) for (counter, labels), value in self.tally.counts.items()]
 
     def _reading(self, counter: str, labels: tuple[tuple[str, str], ...], value: int) -> Reading:
-        return Reading(SOURCE, self.options.interface, "", counter, float(value), UNITS.get(counter, "frames"),
-                       kind=Kind.COUNTER, labels=labels, name=counter, width=0)
+        return Reading(
+            SOURCE,
+            self.options.interface,
+            "",
+            counter,
+            float(value),
+            UNITS.get(counter, "frames"),
+            kind=Kind.COUNTER,
+            labels=labels,
+            name=counter,
+            width=0,
+        )
 
     async def close(self) -> None:
         close = getattr(self.source, "close", None)

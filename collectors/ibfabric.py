@@ -95,18 +95,35 @@ PERFQUERY_E: dict[str, PerfSpec] = {
 # and stop at all ones (IBA 16.1.3.5; widths as in DOMAIN.md).
 IS_ADDL_PORT_CTR_EXT_SUP = 0x2
 PORT_COUNTERS_WIDTHS: dict[str, int] = {
-    "SymbolErrorCounter": 16, "LinkErrorRecoveryCounter": 8, "LinkDownedCounter": 8, "PortRcvErrors": 16,
-    "PortRcvRemotePhysicalErrors": 16, "PortRcvSwitchRelayErrors": 16, "PortXmitDiscards": 16,
-    "PortXmitConstraintErrors": 8, "PortRcvConstraintErrors": 8, "LocalLinkIntegrityErrors": 4,
-    "ExcessiveBufferOverrunErrors": 4, "VL15Dropped": 16, "QP1Dropped": 16, "PortXmitWait": 32,
-}  # fmt: skip
+    "SymbolErrorCounter": 16,
+    "LinkErrorRecoveryCounter": 8,
+    "LinkDownedCounter": 8,
+    "PortRcvErrors": 16,
+    "PortRcvRemotePhysicalErrors": 16,
+    "PortRcvSwitchRelayErrors": 16,
+    "PortXmitDiscards": 16,
+    "PortXmitConstraintErrors": 8,
+    "PortRcvConstraintErrors": 8,
+    "LocalLinkIntegrityErrors": 4,
+    "ExcessiveBufferOverrunErrors": 4,
+    "VL15Dropped": 16,
+    "QP1Dropped": 16,
+    "PortXmitWait": 32,
+}
 _NOT_COUNTERS = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
 # ibstat spells states as words; sysfs and ibstatus as "<id>: NAME" (IBA PortInfo PortState /
 # PortPhysicalState enumerations). Map the words to the same ids.
 PORT_STATES = {"down": 1, "initializing": 2, "init": 2, "armed": 3, "active": 4, "activedefer": 5}
-PHYS_STATES = {"sleep": 1, "polling": 2, "disabled": 3, "portconfigurationtraining": 4, "linkup": 5,
-               "linkerrorrecovery": 6, "phytest": 7}  # fmt: skip
+PHYS_STATES = {
+    "sleep": 1,
+    "polling": 2,
+    "disabled": 3,
+    "portconfigurationtraining": 4,
+    "linkup": 5,
+    "linkerrorrecovery": 6,
+    "phytest": 7,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,8 +163,14 @@ def parse_perfquery(text: str) -> list[PerfBlock]:
         header = _PERF_HEADER.fullmatch(line.strip())
         if header:
             mask2 = _CAP_MASK2.search(line)
-            blocks.append(PerfBlock(_attribute(header["what"]), int(header["lid"]), int(header["port"]),
-                                    int(mask2.group(1), 16) if mask2 else None))  # fmt: skip
+            blocks.append(
+                PerfBlock(
+                    _attribute(header["what"]),
+                    int(header["lid"]),
+                    int(header["port"]),
+                    int(mask2.group(1), 16) if mask2 else None,
+                )
+            )
             continue
         m = _PERF_LINE.fullmatch(line.strip())
         if m and blocks and m["name"] not in _NOT_COUNTERS:
@@ -246,12 +269,17 @@ def _ibstatus_port(device: str, port: int, f: dict[str, str]) -> IbPortStatus:
     rate = re.match(r"(\d+(?:\.\d+)?)\s*Gb/sec", f.get("rate", ""))
     lid = f.get("base lid", "")
     return IbPortStatus(
-        device, port,
-        state["name"] if state else "", int(state["id"]) if state else None,
-        phys["name"] if phys else "", int(phys["id"]) if phys else None,
-        float(rate.group(1)) if rate else None, f.get("link_layer", ""),
-        int(lid, 0) if lid else None, "",
-    )  # fmt: skip
+        device,
+        port,
+        state["name"] if state else "",
+        int(state["id"]) if state else None,
+        phys["name"] if phys else "",
+        int(phys["id"]) if phys else None,
+        float(rate.group(1)) if rate else None,
+        f.get("link_layer", ""),
+        int(lid, 0) if lid else None,
+        "",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,9 +338,11 @@ def block_readings(device: str, block: PerfBlock, labels: Labels) -> list[Readin
 def status_readings(p: IbPortStatus) -> list[Reading]:
     """Port state / physical state / rate gauges of the management node's own HCAs (ibstat)."""
     out = []
-    values = (("state", p.state_id, "", "port_state"), ("phys_state", p.phys_state_id, "", "port_physical_state"),
-              ("rate", None if p.rate_gbps is None else p.rate_gbps * GBIT_BYTES_PER_SECOND,
-               "bytes_per_second", "link_rate"))  # fmt: skip
+    values = (
+        ("state", p.state_id, "", "port_state"),
+        ("phys_state", p.phys_state_id, "", "port_physical_state"),
+        ("rate", None if p.rate_gbps is None else p.rate_gbps * GBIT_BYTES_PER_SECOND, "bytes_per_second", "link_rate"),
+    )
     for counter, value, unit, name in values:
         if value is not None:
             out.append(Reading(SOURCE, p.device, str(p.port), counter, float(value), unit, Kind.GAUGE, (), name, 0))

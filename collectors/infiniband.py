@@ -103,15 +103,36 @@ COUNTERS_EXT: dict[str, CounterSpec] = {
 # mlx5 hw_counters read from the firmware's Q counters are 32-bit fields of query_q_counter_out and
 # wrap (drivers/infiniband/hw/mlx5/counters.c: basic/out_of_seq/retrans/extended_err/roce_accl
 # q counters, be32); the congestion (np_*, rp_*) and PPCNT counters are 64 bit (DOMAIN.md).
-MLX5_Q_COUNTERS_32 = frozenset({
-    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "rx_dct_connect", "out_of_buffer",
-    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err", "implied_nak_seq_err",
-    "local_ack_timeout_err", "resp_local_length_error", "resp_cqe_error", "req_cqe_error",
-    "req_remote_invalid_request", "req_remote_access_errors", "resp_remote_access_errors",
-    "resp_cqe_flush_error", "req_cqe_flush_error", "roce_adp_retrans", "roce_adp_retrans_to",
-    "roce_slow_restart", "roce_slow_restart_cnps", "roce_slow_restart_trans",
-    "req_transport_retries_exceeded", "req_rnr_retries_exceeded",
-})  # fmt: skip
+MLX5_Q_COUNTERS_32 = frozenset(
+    {
+        "rx_write_requests",
+        "rx_read_requests",
+        "rx_atomic_requests",
+        "rx_dct_connect",
+        "out_of_buffer",
+        "out_of_sequence",
+        "duplicate_request",
+        "rnr_nak_retry_err",
+        "packet_seq_err",
+        "implied_nak_seq_err",
+        "local_ack_timeout_err",
+        "resp_local_length_error",
+        "resp_cqe_error",
+        "req_cqe_error",
+        "req_remote_invalid_request",
+        "req_remote_access_errors",
+        "resp_remote_access_errors",
+        "resp_cqe_flush_error",
+        "req_cqe_flush_error",
+        "roce_adp_retrans",
+        "roce_adp_retrans_to",
+        "roce_slow_restart",
+        "roce_slow_restart_cnps",
+        "roce_slow_restart_trans",
+        "req_transport_retries_exceeded",
+        "req_rnr_retries_exceeded",
+    }
+)
 _CNP_COUNTERS = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"})
 # Not counters: the hw_counters cache time in ms (DOMAIN.md).
 _NOT_COUNTERS = frozenset({"lifespan"})
@@ -219,8 +240,20 @@ class CounterFile:
     def reading(self, raw: int) -> Reading:
         spec = self.spec
         width, saturates = effective_width(spec, raw)
-        r = Reading(SOURCE, self.device, self.port, self.counter, float(raw * spec.scale), spec.unit,
-                    Kind.COUNTER, (), spec.name, width, saturates, float(spec.scale))  # fmt: skip
+        r = Reading(
+            SOURCE,
+            self.device,
+            self.port,
+            self.counter,
+            float(raw * spec.scale),
+            spec.unit,
+            Kind.COUNTER,
+            (),
+            spec.name,
+            width,
+            saturates,
+            float(spec.scale),
+        )
         if self.series is None:
             self.series = r.key()
         r.series = self.series
@@ -310,12 +343,16 @@ class _Discovery:
         for folder in ("counters", "counters_ext", "hw_counters"):
             self._folder(path, folder, device, port, legacy=legacy, mlx5=mlx5)
         gauge = CounterSpec("")
-        self.plan.ports.append(PortFiles(
-            device, port, _read_attr(f"{path}/link_layer") or "",
-            self._open(f"{path}/state", device, port, "state", gauge),
-            self._open(f"{path}/phys_state", device, port, "phys_state", gauge),
-            self._open(f"{path}/rate", device, port, "rate", gauge),
-        ))  # fmt: skip
+        self.plan.ports.append(
+            PortFiles(
+                device,
+                port,
+                _read_attr(f"{path}/link_layer") or "",
+                self._open(f"{path}/state", device, port, "state", gauge),
+                self._open(f"{path}/phys_state", device, port, "phys_state", gauge),
+                self._open(f"{path}/rate", device, port, "rate", gauge),
+            )
+        )
 
     def _folder(self, parent: str, folder: str, device: str, port: str, *, legacy: bool, mlx5: bool) -> None:
         path = f"{parent}/{folder}"
@@ -360,10 +397,14 @@ def _read_attr(path: str) -> str | None:
 
 
 def _device_info(device: str, attrs: dict[str, str | None]) -> Reading:
-    labels = labels_of({
-        "firmware_version": attrs["fw_ver"] or "", "board_id": attrs["board_id"] or "",
-        "hca_type": attrs["hca_type"] or "", "node_guid": attrs["node_guid"] or "",
-    })  # fmt: skip
+    labels = labels_of(
+        {
+            "firmware_version": attrs["fw_ver"] or "",
+            "board_id": attrs["board_id"] or "",
+            "hca_type": attrs["hca_type"] or "",
+            "node_guid": attrs["node_guid"] or "",
+        }
+    )
     return Reading(SOURCE, device, "", "info", 1.0, "", Kind.INFO, labels, "device_info", 0)
 
 
@@ -392,8 +433,9 @@ def port_readings(p: PortFiles, state_b: bytes | None, phys_b: bytes | None, rat
         out.append(_gauge(p, "phys_state", float(phys[0]), "", "port_physical_state"))
     if rate is not None:
         out.append(_gauge(p, "rate", rate, "bytes_per_second", "link_rate"))
-    labels = labels_of({"link_layer": p.link_layer, "state": state[1] if state else "",
-                        "phys_state": phys[1] if phys else ""})  # fmt: skip
+    labels = labels_of(
+        {"link_layer": p.link_layer, "state": state[1] if state else "", "phys_state": phys[1] if phys else ""}
+    )
     out.append(Reading(SOURCE, p.device, p.port, "port_info", 1.0, "", Kind.INFO, labels, "port_info", 0))
     return out
 
@@ -464,8 +506,12 @@ class InfinibandCollector:
     def _current_plan(self) -> Plan:
         self._scrapes_since_discovery += 1
         plan = self._plan
-        if (plan is None or self._stale or self._scrapes_since_discovery > self.rescan_every
-                or signature(self.top) != plan.signature):  # fmt: skip
+        if (
+            plan is None
+            or self._stale
+            or self._scrapes_since_discovery > self.rescan_every
+            or signature(self.top) != plan.signature
+        ):
             self._close_plan()
             plan = self._plan = _Discovery(self.top, self.max_open_files).run()
             self.discoveries += 1

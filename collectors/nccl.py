@@ -131,8 +131,16 @@ def op_from_command(argv: Sequence[str]) -> str:
 
 def _gauge(op: str, counter: str, value: float, unit: str, name: str, **labels: str) -> Reading:
     return Reading(
-        source=SOURCE, device=op, port="", counter=counter, value=value, unit=unit,
-        kind=Kind.GAUGE, labels=labels_of(labels), name=name, width=0,
+        source=SOURCE,
+        device=op,
+        port="",
+        counter=counter,
+        value=value,
+        unit=unit,
+        kind=Kind.GAUGE,
+        labels=labels_of(labels),
+        name=name,
+        width=0,
     )
 
 
@@ -151,8 +159,7 @@ def _row_readings(op: str, row: NcclRow) -> list[Reading]:
         ("busbw", row.busbw_bytes_per_second, "bytes_per_second", "busbw_bytes_per_second"),
         ("wrong", row.wrong, "elements", "wrong_elements"),
     )
-    return [Reading(SOURCE, op, "", c, float(v), u, Kind.GAUGE, labels, n, 0)
-            for c, v, u, n in values if v is not None]  # fmt: skip
+    return [Reading(SOURCE, op, "", c, float(v), u, Kind.GAUGE, labels, n, 0) for c, v, u, n in values if v is not None]
 
 
 def _latest_rows(run: NcclRun) -> list[NcclRow]:
@@ -187,8 +194,9 @@ def run_readings(run: NcclRun, op: str, job: JobModel | None = None) -> list[Rea
     out = [reading for row in _latest_rows(run) for reading in _row_readings(op, row)]
     out.extend(job_readings(run, op, job or JobModel()))
     if run.avg_busbw_bytes_per_second is not None:
-        out.append(_gauge(op, "avg_busbw", run.avg_busbw_bytes_per_second, "bytes_per_second",
-                          "avg_busbw_bytes_per_second"))
+        out.append(
+            _gauge(op, "avg_busbw", run.avg_busbw_bytes_per_second, "bytes_per_second", "avg_busbw_bytes_per_second")
+        )
     if run.out_of_bounds is not None:
         out.append(_gauge(op, "out_of_bounds", float(run.out_of_bounds), "values", "out_of_bounds_values"))
     out.append(_gauge(op, "success", 1.0 if run.success else 0.0, "bool", "run_success"))
@@ -200,16 +208,23 @@ def run_readings(run: NcclRun, op: str, job: JobModel | None = None) -> list[Rea
 def failure_event(op: str, reason: str, detail: str) -> Reading:
     labels = labels_of({"reason": reason, "detail": detail[:DETAIL_MAX]})
     return Reading(
-        source=SOURCE, device=op, port="", counter="run_failed", value=1.0, unit="",
-        kind=Kind.EVENT, labels=labels, name="run_failed", width=0,
+        source=SOURCE,
+        device=op,
+        port="",
+        counter="run_failed",
+        value=1.0,
+        unit="",
+        kind=Kind.EVENT,
+        labels=labels,
+        name="run_failed",
+        width=0,
     )
 
 
 def result_readings(result: CommandResult, op: str, job: JobModel | None = None) -> list[Reading]:
     """A finished command: its parsed output, plus an event when the process itself failed."""
     if result.error:
-        return [_gauge(op, "success", 0.0, "bool", "run_success"),
-                failure_event(op, "spawn_error", result.error)]
+        return [_gauge(op, "success", 0.0, "bool", "run_success"), failure_event(op, "spawn_error", result.error)]
     if result.timed_out:
         detail = f"killed after {result.duration_seconds:.1f} s"
         return [_gauge(op, "success", 0.0, "bool", "run_success"), failure_event(op, "timeout", detail)]
@@ -217,10 +232,11 @@ def result_readings(result: CommandResult, op: str, job: JobModel | None = None)
     readings = run_readings(run, run.op or op, job)
     if result.returncode != 0 and run.success:
         readings = [r for r in readings if r.counter != "success"]
-        readings += [_gauge(run.op or op, "success", 0.0, "bool", "run_success"),
-                     failure_event(run.op or op, "exit_code", f"exit status {result.returncode}")]
-    readings.append(_gauge(run.op or op, "duration", result.duration_seconds, "seconds",
-                           "run_duration_seconds"))
+        readings += [
+            _gauge(run.op or op, "success", 0.0, "bool", "run_success"),
+            failure_event(run.op or op, "exit_code", f"exit status {result.returncode}"),
+        ]
+    readings.append(_gauge(run.op or op, "duration", result.duration_seconds, "seconds", "run_duration_seconds"))
     return readings
 
 
@@ -271,8 +287,19 @@ class NcclCollector:
             return self._collect_logs()
         out = self._finished()
         self._maybe_start()
-        out.append(Reading(SOURCE, self.op or "nccl", "", "runs_skipped", float(self.skipped), "runs",
-                           kind=Kind.COUNTER, name="runs_skipped", width=0))
+        out.append(
+            Reading(
+                SOURCE,
+                self.op or "nccl",
+                "",
+                "runs_skipped",
+                float(self.skipped),
+                "runs",
+                kind=Kind.COUNTER,
+                name="runs_skipped",
+                width=0,
+            )
+        )
         return out
 
     def _collect_logs(self) -> list[Reading]:

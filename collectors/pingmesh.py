@@ -83,8 +83,7 @@ def _counter(peer: str, name: str, value: int) -> Reading:
 
 
 def _gauge(peer: str, name: str, seconds: float) -> Reading:
-    return Reading(SOURCE, peer, "", name, seconds, "seconds", kind=Kind.GAUGE, name=f"{name}_seconds",
-                   width=0)
+    return Reading(SOURCE, peer, "", name, seconds, "seconds", kind=Kind.GAUGE, name=f"{name}_seconds", width=0)
 
 
 class PingmeshCollector:
@@ -95,8 +94,7 @@ class PingmeshCollector:
         assert isinstance(ctx.options, PingmeshOptions)
         self.options = ctx.options
         self.socket_factory: SocketFactory = ctx.factories.get("socket", plain_udp_socket)
-        self.responder_factory: Callable[[], ResponderProtocol] = ctx.factories.get(
-            "responder", ResponderProtocol)
+        self.responder_factory: Callable[[], ResponderProtocol] = ctx.factories.get("responder", ResponderProtocol)
         # The probe sender is a side effect behind a factory: ``(targets, timeout_ns) -> prober``.
         # Default: real UDP probes from a socket. The simulator's eval plugs in a path-model prober
         # so a simulated hour replays in seconds through this same collector.
@@ -130,8 +128,7 @@ class PingmeshCollector:
             return
         sock = self.socket_factory(_family(peers[0].address))
         set_dscp(sock, self.options.dscp)
-        self.prober = ProberProtocol(targets, timeout_ns, shape=self.options.shape,
-                                     pad_len=self.options.payload_bytes)
+        self.prober = ProberProtocol(targets, timeout_ns, shape=self.options.shape, pad_len=self.options.payload_bytes)
         self.transports.append(await start_prober(sock, self.prober))
 
     @property
@@ -155,13 +152,22 @@ class PingmeshCollector:
         ledger = self.prober.ledgers[session]
         ledger.expire(now_ns)
         c = ledger.counts()
-        out = [_counter(peer, "probes_sent", c.sent), _counter(peer, "probes_received", c.received),
-               _counter(peer, "probes_lost", c.lost), _counter(peer, "probes_late", c.late),
-               _counter(peer, "probes_out_of_order", c.out_of_order)]
+        out = [
+            _counter(peer, "probes_sent", c.sent),
+            _counter(peer, "probes_received", c.received),
+            _counter(peer, "probes_lost", c.lost),
+            _counter(peer, "probes_late", c.late),
+            _counter(peer, "probes_out_of_order", c.out_of_order),
+        ]
         rtt = ledger.take_rtt()
         if rtt is not None:
-            for name, value in (("rtt_min", rtt.min), ("rtt_p50", rtt.p50), ("rtt_p90", rtt.p90),
-                                ("rtt_p99", rtt.p99), ("rtt_max", rtt.max)):
+            for name, value in (
+                ("rtt_min", rtt.min),
+                ("rtt_p50", rtt.p50),
+                ("rtt_p90", rtt.p90),
+                ("rtt_p99", rtt.p99),
+                ("rtt_max", rtt.max),
+            ):
                 out.append(_gauge(peer, name, value))
         return out
 

@@ -37,16 +37,20 @@ PRIO = ("node", "device", "priority")
 QDISC = ("node", "device", "qdisc", "handle", "parent")
 
 
-def _counter(name: str, unit: str, help: str, labels: tuple[str, ...], optional: tuple[str, ...] = (),
-             pattern: bool = False) -> tuple[MetricSpec, MetricSpec]:  # fmt: skip
+def _counter(
+    name: str, unit: str, help: str, labels: tuple[str, ...], optional: tuple[str, ...] = (), pattern: bool = False
+) -> tuple[MetricSpec, MetricSpec]:
     rate_unit = f"{unit}/s" if unit else "1/s"
     rate_help = f"Per-second rate (agent-computed): {help[0].lower()}{help[1:]}"
-    return (MetricSpec(f"{name}_total", "counter", unit, help, labels, optional, pattern),
-            MetricSpec(f"{name}_per_second", "gauge", rate_unit, rate_help, labels, optional, pattern))
+    return (
+        MetricSpec(f"{name}_total", "counter", unit, help, labels, optional, pattern),
+        MetricSpec(f"{name}_per_second", "gauge", rate_unit, rate_help, labels, optional, pattern),
+    )
 
 
-def _gauge(name: str, unit: str, help: str, labels: tuple[str, ...], optional: tuple[str, ...] = ()
-           ) -> tuple[MetricSpec]:  # fmt: skip
+def _gauge(
+    name: str, unit: str, help: str, labels: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> tuple[MetricSpec]:
     return (MetricSpec(name, "gauge", unit, help, labels, optional),)
 
 
@@ -68,8 +72,11 @@ _IB_PMA = (  # counters/ (kernel ABI sysfs-class-infiniband; IBA PortCounters, n
     ("local_link_integrity_errors", "", "Times local physical errors exceeded the threshold"),
     ("excessive_buffer_overrun_errors", "", "Consecutive flow-control update periods with buffer overrun"),
     ("vl15_dropped", "", "Incoming VL15 (subnet management) packets dropped"),
-    ("port_transmit_wait_ticks", "ticks", "Ticks the port had data to send but sent none (XmitWait): "
-     "the InfiniBand congestion signal"),
+    (
+        "port_transmit_wait_ticks",
+        "ticks",
+        "Ticks the port had data to send but sent none (XmitWait): the InfiniBand congestion signal",
+    ),
     ("port_transmit_data_bytes", "bytes", "Data bytes transmitted (sysfs port_xmit_data x 4 octets)"),
     ("port_receive_data_bytes", "bytes", "Data bytes received (sysfs port_rcv_data x 4 octets)"),
     ("port_transmit_packets", "", "Packets transmitted"),
@@ -153,15 +160,22 @@ NL = "fabricd_netlink_"
 _NL_LINK = (
     ("rx_bytes", "bytes", "Bytes received (rtnl_link_stats64)"),
     ("tx_bytes", "bytes", "Bytes sent"),
-    ("rx_packets", "", "Packets received"), ("tx_packets", "", "Packets sent"),
-    ("rx_errors", "", "Receive errors"), ("tx_errors", "", "Transmit errors"),
-    ("rx_dropped", "", "Received packets dropped"), ("tx_dropped", "", "Transmit packets dropped"),
+    ("rx_packets", "", "Packets received"),
+    ("tx_packets", "", "Packets sent"),
+    ("rx_errors", "", "Receive errors"),
+    ("tx_errors", "", "Transmit errors"),
+    ("rx_dropped", "", "Received packets dropped"),
+    ("tx_dropped", "", "Transmit packets dropped"),
     ("rx_missed_errors", "", "Packets missed by the NIC (ring full)"),
     ("rx_crc_errors", "", "Received frames with a CRC error"),
-    ("rx_fifo_errors", "", "Receive FIFO overruns"), ("tx_fifo_errors", "", "Transmit FIFO errors"),
-    ("rx_over_errors", "", "Receive ring overflows"), ("rx_frame_errors", "", "Frame alignment errors"),
-    ("rx_length_errors", "", "Length errors"), ("tx_carrier_errors", "", "Carrier errors"),
-    ("collisions", "", "Collisions"), ("multicast", "", "Multicast packets received"),
+    ("rx_fifo_errors", "", "Receive FIFO overruns"),
+    ("tx_fifo_errors", "", "Transmit FIFO errors"),
+    ("rx_over_errors", "", "Receive ring overflows"),
+    ("rx_frame_errors", "", "Frame alignment errors"),
+    ("rx_length_errors", "", "Length errors"),
+    ("tx_carrier_errors", "", "Carrier errors"),
+    ("collisions", "", "Collisions"),
+    ("multicast", "", "Multicast packets received"),
     ("rx_nohandler", "", "Packets dropped for lack of a protocol handler"),
     ("carrier_changes", "", "Carrier up/down transitions (link flaps)"),
 )
@@ -194,24 +208,46 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
     # --- infiniband collector ---
     *(_counter(IB + n, u, h, PORT) for n, u, h in _IB_PMA),
     *(_counter(IB + n, "", h, ("node", "device"), ("port",)) for n, h in _IB_HW),
-    _counter(IB + r"[a-z_][a-z0-9_]*", "", "A hw_counters/ counter of a driver fabricd has no name for (raw name)",
-             ("node", "device"), ("port",), pattern=True),
+    _counter(
+        IB + r"[a-z_][a-z0-9_]*",
+        "",
+        "A hw_counters/ counter of a driver fabricd has no name for (raw name)",
+        ("node", "device"),
+        ("port",),
+        pattern=True,
+    ),
     _gauge(IB + "port_state", "", "Logical port state id (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)", PORT),
     _gauge(IB + "port_physical_state", "", "Physical port state id (5 LinkUp, 2 Polling, 3 Disabled, ...)", PORT),
-    _gauge(IB + "link_rate_bytes_per_second", "bytes/s", "Link signalling rate (sysfs rate, Gb/s x 125,000,000)",
-           PORT),
-    _gauge(IB + "device_info", "", "HCA attributes (value 1)", ("node", "device"),
-           ("firmware_version", "board_id", "hca_type", "node_guid")),
-    _gauge(IB + "port_info", "", "Port link layer and state names (value 1)", PORT, ("link_layer", "state", "phys_state")),
+    _gauge(IB + "link_rate_bytes_per_second", "bytes/s", "Link signalling rate (sysfs rate, Gb/s x 125,000,000)", PORT),
+    _gauge(
+        IB + "device_info",
+        "",
+        "HCA attributes (value 1)",
+        ("node", "device"),
+        ("firmware_version", "board_id", "hca_type", "node_guid"),
+    ),
+    _gauge(
+        IB + "port_info", "", "Port link layer and state names (value 1)", PORT, ("link_layer", "state", "phys_state")
+    ),
     # --- ethtool collector ---
     *(_counter(ETH + n, u, h, IFACE) for n, u, h in _ETH_IFACE),
     *(_counter(ETH + n, u, h, PRIO) for n, u, h in _ETH_PRIO),
-    _counter(ETH + r"[a-z_][a-z0-9_]*", "", "An ethtool -S statistic without a neutral name (raw name; only "
-             "with include_unmapped or include_queues)", IFACE, pattern=True),
+    _counter(
+        ETH + r"[a-z_][a-z0-9_]*",
+        "",
+        "An ethtool -S statistic without a neutral name (raw name; only with include_unmapped or include_queues)",
+        IFACE,
+        pattern=True,
+    ),
     _gauge(ETH + "link_speed_bytes_per_second", "bytes/s", "Negotiated link speed", IFACE),
     _gauge(ETH + "link_detected", "", "1 if the link is detected (ethtool link status)", IFACE),
-    _gauge(ETH + "driver_info", "", "NIC driver attributes (value 1)", IFACE,
-           ("driver", "version", "firmware_version", "bus_info")),
+    _gauge(
+        ETH + "driver_info",
+        "",
+        "NIC driver attributes (value 1)",
+        IFACE,
+        ("driver", "version", "firmware_version", "bus_info"),
+    ),
     # --- netlink collector ---
     *(_counter(NL + n, u, h, IFACE) for n, u, h in _NL_LINK),
     *(_counter(NL + n, u, h, QDISC) for n, u, h in _NL_QDISC),
@@ -219,98 +255,194 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
     _gauge(NL + "qdisc_backlog_packets", "", "Packets queued in the qdisc now", QDISC),
     # --- pingmesh collector (peer = the probed node) ---
     *(_counter(PM + n, "", h, ("node", "peer")) for n, h in _PM_COUNTERS),
-    *(_gauge(PM + f"rtt_{q}_seconds", "seconds", f"Round-trip time {q} over the last interval",
-             ("node", "peer")) for q in ("min", "p50", "p90", "p99", "max")),
+    *(
+        _gauge(PM + f"rtt_{q}_seconds", "seconds", f"Round-trip time {q} over the last interval", ("node", "peer"))
+        for q in ("min", "p50", "p90", "p99", "max")
+    ),
     # --- nccl collector (op = the collective, e.g. all_reduce) ---
-    _gauge(NC + "time_seconds", "seconds", "Time of one collective at this size (NCCL-tests time column)",
-           NCCL_ROW, ("root",)),
+    _gauge(
+        NC + "time_seconds",
+        "seconds",
+        "Time of one collective at this size (NCCL-tests time column)",
+        NCCL_ROW,
+        ("root",),
+    ),
     _gauge(NC + "algbw_bytes_per_second", "bytes/s", "Algorithm bandwidth at this size", NCCL_ROW, ("root",)),
-    _gauge(NC + "busbw_bytes_per_second", "bytes/s", "Bus bandwidth at this size (comparable across ops)",
-           NCCL_ROW, ("root",)),
+    _gauge(
+        NC + "busbw_bytes_per_second",
+        "bytes/s",
+        "Bus bandwidth at this size (comparable across ops)",
+        NCCL_ROW,
+        ("root",),
+    ),
     _gauge(NC + "wrong_elements", "", "Wrong elements reported (#wrong; must be 0)", NCCL_ROW, ("root",)),
     _gauge(NC + "avg_busbw_bytes_per_second", "bytes/s", "Average bus bandwidth of the last run", NCCL_RUN),
     _gauge(NC + "out_of_bounds_values", "", "Out-of-bounds values of the last run", NCCL_RUN),
     _gauge(NC + "run_success", "", "1 if the last run completed without error", NCCL_RUN),
     _gauge(NC + "run_duration_seconds", "seconds", "Wall time of the last run", NCCL_RUN),
-    _gauge(NC + "run_failed_last_timestamp_seconds", "seconds", "When a run last failed, by reason", NCCL_RUN,
-           ("reason",)),
+    _gauge(
+        NC + "run_failed_last_timestamp_seconds", "seconds", "When a run last failed, by reason", NCCL_RUN, ("reason",)
+    ),
     _counter(NC + "runs_skipped", "", "Runs not started because the previous one was still running", NCCL_RUN),
-    _gauge(NC + "nodes", "", "Nodes of the last run's job (distinct hosts of its ranks, or the nodes option)",
-           NCCL_RUN),
+    _gauge(
+        NC + "nodes", "", "Nodes of the last run's job (distinct hosts of its ranks, or the nodes option)", NCCL_RUN
+    ),
     _gauge(NC + "ranks", "", "Ranks (GPUs) of the last run's job", NCCL_RUN),
-    _gauge(NC + "model_efficiency_ratio", "ratio", "Achievable fraction of line rate the performance model "
-           "assumes for this job (option model_efficiency, else the model default), by algorithm",
-           (*NCCL_RUN, "algo")),
+    _gauge(
+        NC + "model_efficiency_ratio",
+        "ratio",
+        "Achievable fraction of line rate the performance model "
+        "assumes for this job (option model_efficiency, else the model default), by algorithm",
+        (*NCCL_RUN, "algo"),
+    ),
     # --- derived signals (computed at the agent from one scrape's rates) ---
     _gauge(DER + "ecn_marked_ratio", "ratio", "Fraction of received RoCE packets marked ECN CE", PORT),
     _gauge(DER + "cnp_sent_packets_per_second", "packets/s", "CNPs sent as notification point", PORT),
     _gauge(DER + "cnp_handled_packets_per_second", "packets/s", "CNPs handled as reaction point", PORT),
-    _gauge(DER + "xmit_wait_lost_bytes_per_second", "bytes/s", "Bandwidth lost to credit starvation "
-           "(XmitWait rate x 8 bytes per tick, an estimate)", PORT),
+    _gauge(
+        DER + "xmit_wait_lost_bytes_per_second",
+        "bytes/s",
+        "Bandwidth lost to credit starvation (XmitWait rate x 8 bytes per tick, an estimate)",
+        PORT,
+    ),
     _gauge(DER + "symbol_errors_per_gigabyte", "", "Symbol errors per 1e9 received bytes", PORT),
     _gauge(DER + "receive_errors_per_gigabyte", "", "Receive errors per 1e9 received bytes", PORT),
-    _gauge(DER + "rx_pause_ratio", "ratio", "Fraction of the interval the priority was paused by the peer",
-           PRIO, ("port",)),
+    _gauge(
+        DER + "rx_pause_ratio", "ratio", "Fraction of the interval the priority was paused by the peer", PRIO, ("port",)
+    ),
     _gauge(DER + "tx_pause_ratio", "ratio", "Fraction of the interval the port paused its peer", PRIO, ("port",)),
-    _gauge(DER + "nccl_efficiency_ratio", "ratio", "NCCL-tests busbw at the run's largest out-of-place size "
-           "divided by the performance model's prediction on this node's fabric ports (device = op)",
-           ("node", "device", "size")),
+    _gauge(
+        DER + "nccl_efficiency_ratio",
+        "ratio",
+        "NCCL-tests busbw at the run's largest out-of-place size "
+        "divided by the performance model's prediction on this node's fabric ports (device = op)",
+        ("node", "device", "size"),
+    ),
     # --- counter semantics ---
-    _gauge("fabricd_saturated_since_timestamp_seconds", "seconds", "Since when a counter has been clamped at "
-           "all ones (its rate is unknown since then, not 0); absent when not saturated",
-           ("node", "source", "device", "counter"), ("port", "priority")),
+    _gauge(
+        "fabricd_saturated_since_timestamp_seconds",
+        "seconds",
+        "Since when a counter has been clamped at "
+        "all ones (its rate is unknown since then, not 0); absent when not saturated",
+        ("node", "source", "device", "counter"),
+        ("port", "priority"),
+    ),
     # --- exporter ---
-    (MetricSpec("fabricd_exporter_series_refused_total", "counter", "", "Series left out of /metrics, by family "
-                "and reason (family_cap, label_too_long, type_conflict)", ("family", "reason")),),
+    (
+        MetricSpec(
+            "fabricd_exporter_series_refused_total",
+            "counter",
+            "",
+            "Series left out of /metrics, by family and reason (family_cap, label_too_long, type_conflict)",
+            ("family", "reason"),
+        ),
+    ),
     # --- central service (fabricd/server/metrics.py) ---
     _gauge("fabricd_store_up", "", "1 if the fleet view could be read from the database", ()),
-    _gauge("fabricd_agent_last_seen_timestamp_seconds", "seconds", "When the central last accepted a batch "
-           "from the node's agent", ("node",)),
+    _gauge(
+        "fabricd_agent_last_seen_timestamp_seconds",
+        "seconds",
+        "When the central last accepted a batch from the node's agent",
+        ("node",),
+    ),
     _gauge("fabricd_agent_info", "", "Agent version per node (value 1)", ("node", "version")),
     _gauge("fabricd_collector_success", "", "1 if the collector's last run succeeded", ("collector",), ("node",)),
-    _gauge("fabricd_collector_duration_seconds", "seconds", "Duration of the collector's last run", ("collector",),
-           ("node",)),
+    _gauge(
+        "fabricd_collector_duration_seconds",
+        "seconds",
+        "Duration of the collector's last run",
+        ("collector",),
+        ("node",),
+    ),
     _gauge("fabricd_incidents_open", "", "Incidents not yet resolved (open or acknowledged)", ("kind", "severity")),
-    (MetricSpec("fabricd_ingest_batches_total", "counter", "", "Batches accepted and stored", ()),
-     MetricSpec("fabricd_ingest_samples_total", "counter", "", "Samples accepted and stored", ()),
-     MetricSpec("fabricd_ingest_rejected_batches_total", "counter", "", "Batches refused, by reason", ("reason",)),
-     MetricSpec("fabricd_ingest_duplicate_batches_total", "counter", "", "Retried batches acknowledged again", ()),
-     MetricSpec("fabricd_ingest_series_created_total", "counter", "", "New series stored", ()),
-     MetricSpec("fabricd_ingest_duration_seconds", "histogram", "seconds", "Time to decode, check and store one "
-                "batch", ()),
-     MetricSpec("fabricd_detection_errors_total", "counter", "", "Detector runs that raised", ()),
-     MetricSpec("fabricd_store_deleted_points_total", "counter", "", "Points deleted past retention", ()),
-     MetricSpec("fabricd_store_downsampled_points_total", "counter", "", "Raw points folded into downsampled "
-                "buckets", ()),
-     MetricSpec("fabricd_store_latest_flushed_series_total", "counter", "", "Series rows whose latest value was "
-                "written to the database", ()),
-     MetricSpec("fabricd_store_latest_flush_errors_total", "counter", "", "Writes of latest values that failed "
-                "(kept in memory and retried)", ()),
-     MetricSpec("fabricd_store_latest_flush_duration_seconds", "histogram", "seconds", "Time to write the latest "
-                "values changed since the previous write", ())),
-    _gauge("fabricd_store_latest_unflushed_series", "", "Series whose latest value is in memory only (written "
-           "every latest_flush_seconds)", ()),
-    _gauge("fabricd_detection_lag_seconds", "seconds", "Wall time minus the event time of the newest sample the "
-           "detectors processed", ()),
+    (
+        MetricSpec("fabricd_ingest_batches_total", "counter", "", "Batches accepted and stored", ()),
+        MetricSpec("fabricd_ingest_samples_total", "counter", "", "Samples accepted and stored", ()),
+        MetricSpec("fabricd_ingest_rejected_batches_total", "counter", "", "Batches refused, by reason", ("reason",)),
+        MetricSpec("fabricd_ingest_duplicate_batches_total", "counter", "", "Retried batches acknowledged again", ()),
+        MetricSpec("fabricd_ingest_series_created_total", "counter", "", "New series stored", ()),
+        MetricSpec(
+            "fabricd_ingest_duration_seconds", "histogram", "seconds", "Time to decode, check and store one batch", ()
+        ),
+        MetricSpec("fabricd_detection_errors_total", "counter", "", "Detector runs that raised", ()),
+        MetricSpec("fabricd_store_deleted_points_total", "counter", "", "Points deleted past retention", ()),
+        MetricSpec(
+            "fabricd_store_downsampled_points_total", "counter", "", "Raw points folded into downsampled buckets", ()
+        ),
+        MetricSpec(
+            "fabricd_store_latest_flushed_series_total",
+            "counter",
+            "",
+            "Series rows whose latest value was written to the database",
+            (),
+        ),
+        MetricSpec(
+            "fabricd_store_latest_flush_errors_total",
+            "counter",
+            "",
+            "Writes of latest values that failed (kept in memory and retried)",
+            (),
+        ),
+        MetricSpec(
+            "fabricd_store_latest_flush_duration_seconds",
+            "histogram",
+            "seconds",
+            "Time to write the latest values changed since the previous write",
+            (),
+        ),
+    ),
+    _gauge(
+        "fabricd_store_latest_unflushed_series",
+        "",
+        "Series whose latest value is in memory only (written every latest_flush_seconds)",
+        (),
+    ),
+    _gauge(
+        "fabricd_detection_lag_seconds",
+        "seconds",
+        "Wall time minus the event time of the newest sample the detectors processed",
+        (),
+    ),
     _gauge("fabricd_detection_backlog_points", "", "Stored points the detectors have not processed yet", ()),
     # --- alert hooks (fabricd/hooks) ---
-    (MetricSpec("fabricd_hook_notifications_total", "counter", "", "Incident notifications by hook and outcome "
-                "(delivered, retried, failed, dropped)", ("hook", "outcome")),),
+    (
+        MetricSpec(
+            "fabricd_hook_notifications_total",
+            "counter",
+            "",
+            "Incident notifications by hook and outcome (delivered, retried, failed, dropped)",
+            ("hook", "outcome"),
+        ),
+    ),
     _gauge("fabricd_hook_queue_depth", "", "Notifications waiting per hook", ("hook",)),
     # --- agent transport (fabricd/transport/metrics.py; the agent's own /metrics) ---
-    (MetricSpec("fabricd_agent_batches_sent_total", "counter", "", "Batches acknowledged by the central service", ()),
-     MetricSpec("fabricd_agent_batches_retried_total", "counter", "", "Send attempts of batches that had failed "
-                "once or were spooled", ()),
-     MetricSpec("fabricd_agent_batches_spooled_total", "counter", "", "Batches written to the on-disk spool", ()),
-     MetricSpec("fabricd_agent_batches_dropped_total", "counter", "", "Batches given up on, by reason", ("reason",)),
-     MetricSpec("fabricd_agent_spool_quarantined_total", "counter", "", "Spool files quarantined (corrupt or "
-                "rejected)", ()),
-     MetricSpec("fabricd_agent_send_duration_seconds", "histogram", "seconds", "Duration of one send attempt", ())),
+    (
+        MetricSpec(
+            "fabricd_agent_batches_sent_total", "counter", "", "Batches acknowledged by the central service", ()
+        ),
+        MetricSpec(
+            "fabricd_agent_batches_retried_total",
+            "counter",
+            "",
+            "Send attempts of batches that had failed once or were spooled",
+            (),
+        ),
+        MetricSpec("fabricd_agent_batches_spooled_total", "counter", "", "Batches written to the on-disk spool", ()),
+        MetricSpec("fabricd_agent_batches_dropped_total", "counter", "", "Batches given up on, by reason", ("reason",)),
+        MetricSpec(
+            "fabricd_agent_spool_quarantined_total", "counter", "", "Spool files quarantined (corrupt or rejected)", ()
+        ),
+        MetricSpec("fabricd_agent_send_duration_seconds", "histogram", "seconds", "Duration of one send attempt", ()),
+    ),
     _gauge("fabricd_agent_spool_bytes", "bytes", "Bytes held in the agent's spool", ()),
     _gauge("fabricd_agent_spool_batches", "", "Batches held in the agent's spool", ()),
     _gauge("fabricd_agent_central_up", "", "1 while the last send to the central service succeeded", ()),
-    _gauge("fabricd_agent_last_successful_send_timestamp_seconds", "seconds", "When the central last "
-           "acknowledged a batch from this agent", ()),
+    _gauge(
+        "fabricd_agent_last_successful_send_timestamp_seconds",
+        "seconds",
+        "When the central last acknowledged a batch from this agent",
+        (),
+    ),
 )
 
 

@@ -122,7 +122,13 @@ class RateEngine:
         max_rate = self.max_rates.get
         default_max = self.default_max_rate
         counter_kind, ok, wrapped, reset, first, saturated = (
-            Kind.COUNTER, Status.OK, Status.WRAPPED, Status.RESET, Status.FIRST, Status.SATURATED)
+            Kind.COUNTER,
+            Status.OK,
+            Status.WRAPPED,
+            Status.RESET,
+            Status.FIRST,
+            Status.SATURATED,
+        )
         state: dict[SeriesKey, _State] = {}
         out: list[Sample] = []
         append = out.append

@@ -54,19 +54,42 @@ class Demo:
         log_path = self.options.data_dir / "logs" / f"{name}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log_file:
-            proc = subprocess.Popen([sys.executable, "-m", "fabricd", *args], stdout=log_file,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fabricd", *args],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs.append((name, proc))
 
     def start_server(self) -> None:
-        self._spawn("server", ["server", "--listen", self.options.listen, "--data-dir",
-                               str(self.options.data_dir / "central"), "--no-auth"])  # fmt: skip
+        self._spawn(
+            "server",
+            [
+                "server",
+                "--listen",
+                self.options.listen,
+                "--data-dir",
+                str(self.options.data_dir / "central"),
+                "--no-auth",
+            ],
+        )
         wait_healthy(self.url, timeout_seconds=30.0, procs=self.procs)
 
     def start_agent(self, node: str, sysfs_root: Path, config: dict[str, Any] | None = None) -> None:
-        args = ["agent", "--central", self.url, "--node", node, "--sysfs-root", str(sysfs_root),
-                "--interval", str(self.options.interval_seconds),
-                "--data-dir", str(self.options.data_dir / "agents" / node)]  # fmt: skip
+        args = [
+            "agent",
+            "--central",
+            self.url,
+            "--node",
+            node,
+            "--sysfs-root",
+            str(sysfs_root),
+            "--interval",
+            str(self.options.interval_seconds),
+            "--data-dir",
+            str(self.options.data_dir / "agents" / node),
+        ]
         if config:
             cfg = self.options.data_dir / "agents" / f"{node}.yaml"
             cfg.parent.mkdir(parents=True, exist_ok=True)
@@ -132,9 +155,13 @@ def _start_simulated_cluster(demo: Demo) -> list[str]:
 
 def _banner(demo: Demo, nodes: list[str]) -> str:
     url = demo.url
-    what = "the captured sysfs tree in deploy/demo/sys" if demo.options.fixture else (
-        f"a simulated cluster of {len(nodes)} nodes (scenario '{demo.options.scenario}'; "
-        "a fault is injected about a minute in)"
+    what = (
+        "the captured sysfs tree in deploy/demo/sys"
+        if demo.options.fixture
+        else (
+            f"a simulated cluster of {len(nodes)} nodes (scenario '{demo.options.scenario}'; "
+            "a fault is injected about a minute in)"
+        )
     )
     return f"""
 fabricd demo is running: central service + {len(nodes)} agent(s) reading {what}.
@@ -181,4 +208,3 @@ def run(options: DemoOptions) -> int:
         demo.stop()
         print("fabricd demo stopped.", flush=True)
     return 0
-

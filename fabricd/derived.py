@@ -40,10 +40,16 @@ Index = Mapping[tuple[str, str, str], Sample]  # (device, port, counter) -> infi
 
 
 # The infiniband counters the signals below read: derive() indexes only these.
-IB_INPUTS = frozenset({
-    "np_ecn_marked_roce_packets", "port_rcv_packets", "port_xmit_wait", "port_rcv_data",
-    *(raw for raw, _ in CNP_COUNTERS), *(raw for raw, _ in ERRORS_PER_GB),
-})  # fmt: skip
+IB_INPUTS = frozenset(
+    {
+        "np_ecn_marked_roce_packets",
+        "port_rcv_packets",
+        "port_xmit_wait",
+        "port_rcv_data",
+        *(raw for raw, _ in CNP_COUNTERS),
+        *(raw for raw, _ in ERRORS_PER_GB),
+    }
+)
 
 
 # Gauges and infos the NCCL efficiency reads (no rate): the NCCL run, the node's fabric ports.
@@ -68,8 +74,9 @@ def derive(samples: Sequence[Sample]) -> list[Sample]:
     return out
 
 
-def index_inputs(samples: Sequence[Sample], model: list[Sample] | None = None
-                 ) -> tuple[dict[tuple[str, str, str], Sample], list[Sample]]:  # fmt: skip
+def index_inputs(
+    samples: Sequence[Sample], model: list[Sample] | None = None
+) -> tuple[dict[tuple[str, str, str], Sample], list[Sample]]:
     """One pass over a scrape: the honest infiniband inputs by (device, port, counter) (a repeated
     key keeps its first position and its last sample, as a dict does) and the honest pause durations.
     When ``model`` is given, the rate-less samples named in ``MODEL_INPUTS`` are appended to it.
@@ -154,8 +161,9 @@ def xmit_wait_lost_bandwidth(ib: Index) -> Iterator[Sample]:
     """
     for (_, port, counter), s in ib.items():
         if counter == "port_xmit_wait":
-            yield _derived(s, port, "xmit_wait_lost_bytes_per_second", _rate(s) * XMIT_WAIT_BYTES_PER_TICK,
-                           "bytes_per_second")  # fmt: skip
+            yield _derived(
+                s, port, "xmit_wait_lost_bytes_per_second", _rate(s) * XMIT_WAIT_BYTES_PER_TICK, "bytes_per_second"
+            )
 
 
 def errors_per_gigabyte(ib: Index) -> Iterator[Sample]:
@@ -243,8 +251,14 @@ def fabric_ports(readings: Sequence[Reading]) -> tuple[int, float] | None:
     layer = {(r.device, r.port): dict(r.labels).get("link_layer", "") for r in readings if r.counter == "port_info"}
     active = {(r.device, r.port) for r in readings if r.counter == "state" and r.value == IB_PORT_ACTIVE}
     fabric_layer = "InfiniBand" if "InfiniBand" in {layer.get(k) for k in active} else "Ethernet"
-    rates = [r.value for r in readings if r.counter == "rate" and r.value > 0 and (r.device, r.port) in active
-             and layer.get((r.device, r.port)) == fabric_layer]  # fmt: skip
+    rates = [
+        r.value
+        for r in readings
+        if r.counter == "rate"
+        and r.value > 0
+        and (r.device, r.port) in active
+        and layer.get((r.device, r.port)) == fabric_layer
+    ]
     return (len(rates), max(rates)) if rates else None
 
 
@@ -257,8 +271,9 @@ def run_efficiency(op: str, run: NcclRunInputs, hcas: int, link_rate: float) -> 
     gpus_per_node = int(run.ranks) // nodes
     if gpus_per_node < 1 or not 0 < run.efficiency <= 1:
         return None
-    fabric = Fabric(link_rate_bytes_per_second=link_rate, hcas_per_node=hcas, gpus_per_node=gpus_per_node,
-                    efficiency=run.efficiency)  # fmt: skip
+    fabric = Fabric(
+        link_rate_bytes_per_second=link_rate, hcas_per_node=hcas, gpus_per_node=gpus_per_node, efficiency=run.efficiency
+    )
     algo = run.algo if run.algo in ALGOS else "ring"
     predicted = predict(op, run.size, nodes, fabric, algo).busbw_bytes_per_second
     return efficiency(run.busbw.reading.value, predicted)

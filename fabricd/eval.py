@@ -134,14 +134,19 @@ def _build_nodes(cluster: SimCluster, clock: ManualClock) -> list[Node]:
         factories: dict[str, Callable[..., Any]] = {
             "runner": lambda name=name: _ModelRunner(cluster, name, clock),
             "prober": lambda targets, _timeout_ns, name=name: model_prober(
-                cluster.sim, name, targets, lambda: int(clock.now * 1e9)),
+                cluster.sim, name, targets, lambda: int(clock.now * 1e9)
+            ),
             "clock": lambda: clock.time,
             "worker": InlineWorker,
             "wall_clock": lambda: clock.time,
         }
-        collectors = build_collectors(_collector_options(cluster, name, budget), node=name,
-                                      sysfs_root=cluster.sysfs_root(name), registry=REGISTRY,
-                                      factories=factories)  # fmt: skip
+        collectors = build_collectors(
+            _collector_options(cluster, name, budget),
+            node=name,
+            sysfs_root=cluster.sysfs_root(name),
+            registry=REGISTRY,
+            factories=factories,
+        )
         nodes.append(Node(name, collectors, RateEngine()))
     return nodes
 
@@ -240,9 +245,13 @@ def score(name: str, interval: float, truths: list[Truth], seen: dict[str, tuple
 
 
 def _match(inc: Incident, first: float, truths: list[Truth], interval: float) -> Truth | None:
-    candidates = [t for t in truths if inc.kind.value in MATCHING_KINDS[t.kind]
-                  and t.start_ts <= first <= t.end_ts + LATE_INTERVALS * interval
-                  and inc.element in t.scope]  # fmt: skip
+    candidates = [
+        t
+        for t in truths
+        if inc.kind.value in MATCHING_KINDS[t.kind]
+        and t.start_ts <= first <= t.end_ts + LATE_INTERVALS * interval
+        and inc.element in t.scope
+    ]
     exact = [t for t in candidates if inc.element in t.correct]
     best = exact or candidates
     return best[0] if best else None
@@ -250,13 +259,25 @@ def _match(inc: Incident, first: float, truths: list[Truth], interval: float) ->
 
 def _fault_result(name: str, t: Truth, found: list[tuple[float, Incident]], interval: float) -> FaultResult:
     if not found:
-        return FaultResult(name, t.kind, t.element, t.start_ts, t.symptom_ts, False, None, None, False,
-                           None, None, False)  # fmt: skip
+        return FaultResult(
+            name, t.kind, t.element, t.start_ts, t.symptom_ts, False, None, None, False, None, None, False
+        )
     right = [f for f in found if f[1].element in t.correct]
     first, inc = (right or found)[0]
-    return FaultResult(name, t.kind, t.element, t.start_ts, t.symptom_ts, True, first, first - t.start_ts,
-                       first <= t.symptom_ts + DEADLINE_INTERVALS * interval, inc.element, inc.kind.value,
-                       inc.element in t.correct)  # fmt: skip
+    return FaultResult(
+        name,
+        t.kind,
+        t.element,
+        t.start_ts,
+        t.symptom_ts,
+        True,
+        first,
+        first - t.start_ts,
+        first <= t.symptom_ts + DEADLINE_INTERVALS * interval,
+        inc.element,
+        inc.kind.value,
+        inc.element in t.correct,
+    )
 
 
 def _describe(inc: Incident, first: float) -> dict[str, Any]:
@@ -297,11 +318,17 @@ def report(results: Sequence[ScenarioResult]) -> dict[str, Any]:
     out = _metrics(faults, incidents, matched, fps)
     out["faults"] = [asdict(f) for f in faults]
     out["scenarios"] = {
-        r.name: {**r.metrics(), "incidents": r.incidents, "false_positive_incidents": r.false_positives,
-                 "scrapes": r.scrapes, "samples": r.samples, "wall_seconds": round(r.wall_seconds, 3),
-                 "detect_seconds": round(r.detect_seconds, 3)}
+        r.name: {
+            **r.metrics(),
+            "incidents": r.incidents,
+            "false_positive_incidents": r.false_positives,
+            "scrapes": r.scrapes,
+            "samples": r.samples,
+            "wall_seconds": round(r.wall_seconds, 3),
+            "detect_seconds": round(r.detect_seconds, 3),
+        }
         for r in results
-    }  # fmt: skip
+    }
     return out
 
 
@@ -310,9 +337,11 @@ def render_text(rep: dict[str, Any]) -> str:
     lines = [f"{'scenario':<22} {'fault':<13} {'element':<28} {'det':<4} {'ttd':>6} {'ok':<3} blamed"]
     for f in rep["faults"]:
         ttd = "-" if f["time_to_detect_seconds"] is None else f"{f['time_to_detect_seconds']:.0f}s"
-        lines.append(f"{f['scenario']:<22} {f['kind']:<13} {f['element']:<28} "
-                     f"{'yes' if f['detected'] else 'NO':<4} {ttd:>6} {'yes' if f['correct'] else 'no':<3} "
-                     f"{f['blamed'] or '-'}")  # fmt: skip
+        lines.append(
+            f"{f['scenario']:<22} {f['kind']:<13} {f['element']:<28} "
+            f"{'yes' if f['detected'] else 'NO':<4} {ttd:>6} {'yes' if f['correct'] else 'no':<3} "
+            f"{f['blamed'] or '-'}"
+        )
     lines.append("")
     lines.append(f"{'scenario':<22} {'recall':>7} {'precision':>9} {'top1':>6} {'on_time':>7} {'FP':>4} {'wall':>7}")
     for name, s in rep["scenarios"].items():
@@ -322,5 +351,7 @@ def render_text(rep: dict[str, Any]) -> str:
 
 
 def _summary_line(name: str, m: dict[str, Any]) -> str:
-    return (f"{name:<22} {m['recall']:>7.2f} {m['precision']:>9.2f} {m['localization_top1']:>6.2f} "
-            f"{m['on_time']:>7.2f} {m['false_positives']:>4}")  # fmt: skip
+    return (
+        f"{name:<22} {m['recall']:>7.2f} {m['precision']:>9.2f} {m['localization_top1']:>6.2f} "
+        f"{m['on_time']:>7.2f} {m['false_positives']:>4}"
+    )

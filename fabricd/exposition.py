@@ -40,9 +40,13 @@ _BAD = re.compile(r"[^a-zA-Z0-9_]")
 # and XmitWait's hardware ticks); counts of things (packets, frames, events, probes) do not: the
 # name already says what is counted (``rx_pause_frames_total``, node_exporter's ``receive_errs_total``).
 UNIT_SUFFIX: dict[str, str] = {
-    "bytes": "bytes", "seconds": "seconds", "ratio": "ratio", "ticks": "ticks",
-    "bytes_per_second": "bytes_per_second", "bytes/s": "bytes_per_second",
-}  # fmt: skip
+    "bytes": "bytes",
+    "seconds": "seconds",
+    "ratio": "ratio",
+    "ticks": "ticks",
+    "bytes_per_second": "bytes_per_second",
+    "bytes/s": "bytes_per_second",
+}
 # What ``device`` means for sources whose "device" is not a NIC.
 DEVICE_LABEL: dict[str, str] = {"nccl": "op", "pingmesh": "peer"}
 # Free text from tools or drivers: unbounded values, kept in the REST API and incidents, not here.
@@ -59,13 +63,37 @@ def sanitize(name: str) -> str:
 # Words of raw hardware names (ethtool ``rx_corrected_bits_phy``, ``*_us``) that Prometheus's linter
 # (``promtool check metrics``) rejects as non-base or abbreviated units or as type names.
 _LINT_WORDS: dict[str, str] = {
-    "bits": "bit", "kilobytes": "kbyte", "megabytes": "mbyte", "gigabytes": "gbyte", "terabytes": "tbyte",
-    "milliseconds": "msec", "microseconds": "usec", "nanoseconds": "nsec", "minutes": "minute",
-    "hours": "hour", "days": "day", "s": "secs", "sec": "secs", "ms": "msec", "us": "usec", "ns": "nsec",
-    "b": "byte", "kb": "kbyte", "mb": "mbyte", "gb": "gbyte", "tb": "tbyte", "pb": "pbyte", "m": "mx",
-    "h": "hx", "d": "dx", "counter": "cntr", "gauge": "gge", "histogram": "hist", "summary": "summ",
+    "bits": "bit",
+    "kilobytes": "kbyte",
+    "megabytes": "mbyte",
+    "gigabytes": "gbyte",
+    "terabytes": "tbyte",
+    "milliseconds": "msec",
+    "microseconds": "usec",
+    "nanoseconds": "nsec",
+    "minutes": "minute",
+    "hours": "hour",
+    "days": "day",
+    "s": "secs",
+    "sec": "secs",
+    "ms": "msec",
+    "us": "usec",
+    "ns": "nsec",
+    "b": "byte",
+    "kb": "kbyte",
+    "mb": "mbyte",
+    "gb": "gbyte",
+    "tb": "tbyte",
+    "pb": "pbyte",
+    "m": "mx",
+    "h": "hx",
+    "d": "dx",
+    "counter": "cntr",
+    "gauge": "gge",
+    "histogram": "hist",
+    "summary": "summ",
     "untyped": "untyp",
-}  # fmt: skip
+}
 
 
 def lint_safe(name: str) -> str:
@@ -222,14 +250,14 @@ def sample_values(s: Sample) -> list[float]:
     return []
 
 
-def families(samples: Iterable[Sample], node: str | None = None, *,
-             budget: SeriesBudget | None = None) -> list[Metric]:  # fmt: skip
+def families(samples: Iterable[Sample], node: str | None = None, *, budget: SeriesBudget | None = None) -> list[Metric]:
     """The metric families for one node's samples (``node`` becomes a label when given)."""
     return fleet_families([(node, samples)], budget)
 
 
-def fleet_families(by_node: Iterable[tuple[str | None, Iterable[Sample]]],
-                   budget: SeriesBudget | None = None) -> list[Metric]:  # fmt: skip
+def fleet_families(
+    by_node: Iterable[tuple[str | None, Iterable[Sample]]], budget: SeriesBudget | None = None
+) -> list[Metric]:
     """Families for many nodes at once: merged by name, capped per family across the fleet."""
     builder = _Builder(budget or SeriesBudget())
     for node, samples in by_node:
@@ -241,8 +269,7 @@ def fleet_families(by_node: Iterable[tuple[str | None, Iterable[Sample]]],
 class SamplesCollector(PromCollector):
     """A prometheus_client collector rendering a fixed list of samples (``fabricd collect``)."""
 
-    def __init__(self, samples: Sequence[Sample], node: str | None = None,
-                 budget: SeriesBudget | None = None) -> None:  # fmt: skip
+    def __init__(self, samples: Sequence[Sample], node: str | None = None, budget: SeriesBudget | None = None) -> None:
         self.samples = samples
         self.node = node
         self.budget = budget or SeriesBudget()

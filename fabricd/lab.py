@@ -137,8 +137,13 @@ def delete_namespace(ns: str, run: CommandRunner = run_command) -> None:
 
 
 class Lab:
-    def __init__(self, hosts: Sequence[str], *, prefix: str = DEFAULT_PREFIX, run: CommandRunner = run_command,
-                 ) -> None:
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        run: CommandRunner = run_command,
+    ) -> None:
         if len(hosts) > 250 or any(len(h) > 8 or not h.isalnum() for h in hosts):
             raise ValueError("up to 250 alphanumeric host names of at most 8 characters (IFNAMSIZ)")
         self.hosts = list(hosts)
@@ -180,8 +185,9 @@ class Lab:
             raise
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.teardown()
 
     def _add_ns(self, ns: str) -> None:
@@ -201,19 +207,49 @@ class Lab:
     def _add_host(self, host: str) -> None:
         ns, iface, port = self.ns(host), self.host_iface(host), self.switch_port(host)
         self._add_ns(ns)
-        self.run(["ip", "link", "add", iface, "netns", ns, "address", self.mac(host), "type", "veth",
-                  "peer", "name", port, "netns", self.switch_ns])
+        self.run(
+            [
+                "ip",
+                "link",
+                "add",
+                iface,
+                "netns",
+                ns,
+                "address",
+                self.mac(host),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                port,
+                "netns",
+                self.switch_ns,
+            ]
+        )
         self.run(["ip", "-n", ns, "addr", "add", f"{self.address(host)}/24", "dev", iface])
         self.run(["ip", "-n", ns, "link", "set", iface, "up"])
         self.run(["ip", "-n", self.switch_ns, "link", "set", port, "master", BRIDGE, "up"])
-        self.run(["bridge", "-n", self.switch_ns, "fdb", "replace", self.mac(host), "dev", port, "master",
-                  "static"])
+        self.run(["bridge", "-n", self.switch_ns, "fdb", "replace", self.mac(host), "dev", port, "master", "static"])
 
     def _static_neighbours(self, host: str) -> None:
         for other in self.hosts:
             if other != host:
-                self.run(["ip", "-n", self.ns(host), "neigh", "replace", self.address(other), "lladdr",
-                          self.mac(other), "dev", self.host_iface(host), "nud", "permanent"])
+                self.run(
+                    [
+                        "ip",
+                        "-n",
+                        self.ns(host),
+                        "neigh",
+                        "replace",
+                        self.address(other),
+                        "lladdr",
+                        self.mac(other),
+                        "dev",
+                        self.host_iface(host),
+                        "nud",
+                        "permanent",
+                    ]
+                )
 
     def teardown(self) -> None:
         for proc in self.processes:
@@ -239,11 +275,46 @@ class Lab:
     def shape(self, host: str, direction: Direction, bottleneck: Bottleneck) -> None:
         ns, dev = self._link_end(host, direction)
         b = bottleneck
-        self.run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "handle", "1:", "tbf",
-                  "rate", f"{b.rate_bits_per_second}bit", "burst", str(b.burst_bytes), "limit", str(b.limit_bytes)])
+        self.run(
+            [
+                "tc",
+                "-n",
+                ns,
+                "qdisc",
+                "replace",
+                "dev",
+                dev,
+                "root",
+                "handle",
+                "1:",
+                "tbf",
+                "rate",
+                f"{b.rate_bits_per_second}bit",
+                "burst",
+                str(b.burst_bytes),
+                "limit",
+                str(b.limit_bytes),
+            ]
+        )
         if b.fifo_packets is not None:
-            self.run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "parent", "1:1", "handle", "10:",
-                      "pfifo", "limit", str(b.fifo_packets)])
+            self.run(
+                [
+                    "tc",
+                    "-n",
+                    ns,
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    "parent",
+                    "1:1",
+                    "handle",
+                    "10:",
+                    "pfifo",
+                    "limit",
+                    str(b.fifo_packets),
+                ]
+            )
 
     def qdisc_stats(self, host: str, direction: Direction) -> list[QdiscStats]:
         """Every qdisc on one link end, read over netlink (pyroute2) from inside the namespace.
@@ -256,8 +327,9 @@ class Lab:
 
     # --- traffic --------------------------------------------------------------------------------
 
-    def open_socket(self, host: str, family: int = socket.AF_INET, kind: int = socket.SOCK_DGRAM,
-               proto: int = 0) -> socket.socket:
+    def open_socket(
+        self, host: str, family: int = socket.AF_INET, kind: int = socket.SOCK_DGRAM, proto: int = 0
+    ) -> socket.socket:
         return in_netns(self.ns(host), lambda: socket.socket(family, kind, proto))
 
     def socket_factory(self, host: str) -> Callable[[int], socket.socket]:
@@ -266,20 +338,47 @@ class Lab:
 
     def spawn(self, host: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *argv], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(host), *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         self.processes.append(proc)
         return proc
 
-    def blast(self, src: str, dst: str, *, rate_bytes_per_second: int, seconds: float, port: int = 9,
-              size: int = 1200, poisson: bool = False) -> subprocess.Popen[bytes]:
+    def blast(
+        self,
+        src: str,
+        dst: str,
+        *,
+        rate_bytes_per_second: int,
+        seconds: float,
+        port: int = 9,
+        size: int = 1200,
+        poisson: bool = False,
+    ) -> subprocess.Popen[bytes]:
         """A bounded UDP bulk flow from ``src`` to ``dst`` (a separate process inside ``src``)."""
-        argv = [sys.executable, "-m", "fabricd.lab", "blast", self.address(dst), str(port),
-                str(rate_bytes_per_second), str(seconds), str(size), *(["--poisson"] if poisson else [])]
+        argv = [
+            sys.executable,
+            "-m",
+            "fabricd.lab",
+            "blast",
+            self.address(dst),
+            str(port),
+            str(rate_bytes_per_second),
+            str(seconds),
+            str(size),
+            *(["--poisson"] if poisson else []),
+        ]
         return self.spawn(src, argv)
 
-    def stream(self, src: str, dst: str, *, window_bytes: int, seconds: float, port: int = 5201,
-               ) -> subprocess.Popen[bytes]:
+    def stream(
+        self,
+        src: str,
+        dst: str,
+        *,
+        window_bytes: int,
+        seconds: float,
+        port: int = 5201,
+    ) -> subprocess.Popen[bytes]:
         """A TCP bulk flow from ``src`` to ``dst`` whose receive window is clamped to ``window_bytes``.
 
         Congestion without loss: TCP never has more than the advertised window in flight, so behind
@@ -288,8 +387,9 @@ class Lab:
         the excess). Returns the sender; the sink is started first and ends on its own.
         """
         address = self.address(dst)
-        self.spawn(dst, [sys.executable, "-m", "fabricd.lab", "sink", address, str(port), str(window_bytes),
-                         str(seconds + 5)])
+        self.spawn(
+            dst, [sys.executable, "-m", "fabricd.lab", "sink", address, str(port), str(window_bytes), str(seconds + 5)]
+        )
         return self.spawn(src, [sys.executable, "-m", "fabricd.lab", "stream", address, str(port), str(seconds)])
 
 
@@ -318,9 +418,14 @@ def _qdisc_stats(msg: Any) -> QdiscStats:
     basic = stats2.get_attr("TCA_STATS_BASIC") or {}
     queue = stats2.get_attr("TCA_STATS_QUEUE") or {}
     return QdiscStats(
-        kind=msg.get_attr("TCA_KIND"), handle=msg["handle"], parent=msg["parent"],
-        sent_packets=basic.get("packets", 0), sent_bytes=basic.get("bytes", 0), drops=queue.get("drops", 0),
-        overlimits=queue.get("overlimits", 0), backlog_bytes=queue.get("backlog", 0),
+        kind=msg.get_attr("TCA_KIND"),
+        handle=msg["handle"],
+        parent=msg["parent"],
+        sent_packets=basic.get("packets", 0),
+        sent_bytes=basic.get("bytes", 0),
+        drops=queue.get("drops", 0),
+        overlimits=queue.get("overlimits", 0),
+        backlog_bytes=queue.get("backlog", 0),
         backlog_packets=queue.get("qlen", 0),
     )
 
@@ -328,8 +433,7 @@ def _qdisc_stats(msg: Any) -> QdiscStats:
 # --- the bulk sender (runs as its own process inside a namespace) --------------------------------
 
 
-def blast(address: str, port: int, rate_bytes_per_second: int, seconds: float, size: int,
-          poisson: bool = False) -> int:
+def blast(address: str, port: int, rate_bytes_per_second: int, seconds: float, size: int, poisson: bool = False) -> int:
     """Send UDP datagrams at a paced rate for a bounded time; returns how many were sent.
 
     Paced finely (what is owed every ~0.5 ms), not in big bursts: a bursty sender leaves a small FIFO
@@ -418,9 +522,14 @@ async def _demo(seconds: float) -> None:
         agents = []
         for host in lab.hosts:
             peers = [{"name": o, "address": lab.address(o), "rate_per_second": 20} for o in lab.hosts if o != host]
-            agent = build("pingmesh", {"peers": peers, "listen_address": lab.address(host)}, node=host,
-                          sysfs_root=Path("/sys"), registry=registry,
-                          factories={"socket": lab.socket_factory(host)})
+            agent = build(
+                "pingmesh",
+                {"peers": peers, "listen_address": lab.address(host)},
+                node=host,
+                sysfs_root=Path("/sys"),
+                registry=registry,
+                factories={"socket": lab.socket_factory(host)},
+            )
             assert isinstance(agent, PingmeshCollector)
             agents.append(agent)
         print("h0 sends a bulk flow to h2 through an 8 Mbit/s tbf on h2's downlink; p50 RTT from h1:")
@@ -429,8 +538,10 @@ async def _demo(seconds: float) -> None:
             await asyncio.sleep(1)
             per_agent = [await a.collect() for a in agents]
             p50 = {r.device: r.value for r in per_agent[1] if r.counter == "rtt_p50"}
-            print(f"t={second + 1:2d}s  " + "  ".join(f"{h}: {p50.get(h, float('nan')) * 1e3:7.2f} ms"
-                                                      for h in ("h0", "h2", "h3")))
+            print(
+                f"t={second + 1:2d}s  "
+                + "  ".join(f"{h}: {p50.get(h, float('nan')) * 1e3:7.2f} ms" for h in ("h0", "h2", "h3"))
+            )
         for agent in agents:
             await agent.close()
 

@@ -53,8 +53,10 @@ Batch = list[tuple[str, Sample]]
 LAB_CONDITIONS: dict[str, tuple[str, str]] = {"probe_outage": ("> 90%", "< 50%")}
 
 
-def lab_rules(rules: RuleSet | None = None, conditions: Mapping[str, tuple[str, str]] = LAB_CONDITIONS,
-              ) -> RuleSet:
+def lab_rules(
+    rules: RuleSet | None = None,
+    conditions: Mapping[str, tuple[str, str]] = LAB_CONDITIONS,
+) -> RuleSet:
     """The shipped rules (or ``rules``) with ``conditions`` (rule name -> condition, clear) applied."""
     base = rules if rules is not None else load_rules(signals=SIGNALS)
     unknown = sorted(set(conditions) - {r.name for r in base.rules})
@@ -64,8 +66,12 @@ def lab_rules(rules: RuleSet | None = None, conditions: Mapping[str, tuple[str, 
     for rule in base.rules:
         if rule.name in conditions:
             condition, clear = conditions[rule.name]
-            rule = replace(rule, condition=parse_condition(condition, "lab_rules", f"{rule.name}.condition"),
-                           clear=parse_condition(clear, "lab_rules", f"{rule.name}.clear"), source="lab_rules")
+            rule = replace(
+                rule,
+                condition=parse_condition(condition, "lab_rules", f"{rule.name}.condition"),
+                clear=parse_condition(clear, "lab_rules", f"{rule.name}.clear"),
+                source="lab_rules",
+            )
         out.append(rule)
     return RuleSet(out, base.lifecycle, dict(base.params))
 
@@ -113,8 +119,20 @@ class SwitchPorts:
                 continue
             r = s.reading
             labels = labels_of({**dict(r.labels), "switch_port": r.device})
-            moved = Reading(r.source, end[1], r.port, r.counter, r.value, r.unit, r.kind, labels, r.name, r.width,
-                            r.saturates, r.scale)  # fmt: skip
+            moved = Reading(
+                r.source,
+                end[1],
+                r.port,
+                r.counter,
+                r.value,
+                r.unit,
+                r.kind,
+                labels,
+                r.name,
+                r.width,
+                r.saturates,
+                r.scale,
+            )
             out.append((end[0], Sample(s.ts, moved, s.rate, s.status, s.since)))
         return out
 
@@ -150,8 +168,15 @@ class _Node:
 class LabFleet:
     """Every lab agent; ``scrape`` runs one round and returns its (node, sample) batch."""
 
-    def __init__(self, lab: Lab, *, probe_rate: float = 20.0, probe_timeout: float = 1.0,
-                 collector_timeout: float = 0.8, switch: str = LAB_SWITCH) -> None:  # fmt: skip
+    def __init__(
+        self,
+        lab: Lab,
+        *,
+        probe_rate: float = 20.0,
+        probe_timeout: float = 1.0,
+        collector_timeout: float = 0.8,
+        switch: str = LAB_SWITCH,
+    ) -> None:
         self.lab = lab
         self.clock = RoundClock()
         self.switch_ports = SwitchPorts.of(lab, switch)
@@ -170,10 +195,16 @@ class LabFleet:
         }
         return self._node(host, configured, {"socket": lab.socket_factory(host)}, collector_timeout)
 
-    def _node(self, name: str, configured: Mapping[str, Mapping[str, Any]], factories: Mapping[str, Any],
-              collector_timeout: float) -> _Node:  # fmt: skip
-        collectors = build_collectors(configured, node=name, sysfs_root=Path("/sys"), registry=REGISTRY,
-                                      factories=factories)  # fmt: skip
+    def _node(
+        self,
+        name: str,
+        configured: Mapping[str, Mapping[str, Any]],
+        factories: Mapping[str, Any],
+        collector_timeout: float,
+    ) -> _Node:
+        collectors = build_collectors(
+            configured, node=name, sysfs_root=Path("/sys"), registry=REGISTRY, factories=factories
+        )
         sink = Captured()
         agent = Agent(CollectorRunner(collectors, collector_timeout), sink, self.clock, 1.0)
         return _Node(name, agent, sink)

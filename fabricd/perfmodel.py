@@ -222,10 +222,8 @@ def calibrate(observations: Sequence[Observation], fabric: Fabric) -> Calibratio
         effs.append(ideal / max(o.time_seconds - alpha * _alpha_steps(o, fabric), 1e-12))
     fitted = replace(fabric, alpha_seconds=alpha, efficiency=min(statistics.median(effs), 1.0))
     used = small + large
-    errors = [abs(predict(o.op, o.size_bytes, o.nodes, fitted, o.algo).time_seconds / o.time_seconds - 1)
-              for o in used]  # fmt: skip
-    return Calibration(alpha, fitted.efficiency, len(observations), len(small), len(large),
-                       statistics.median(errors))  # fmt: skip
+    errors = [abs(predict(o.op, o.size_bytes, o.nodes, fitted, o.algo).time_seconds / o.time_seconds - 1) for o in used]
+    return Calibration(alpha, fitted.efficiency, len(observations), len(small), len(large), statistics.median(errors))
 
 
 def _alpha_steps(o: Observation, fabric: Fabric) -> float:

@@ -178,8 +178,9 @@ class Ledger:
                 self.expired.popitem(last=False)
 
     def counts(self) -> PeerCounts:
-        return PeerCounts(self.sent, self.received, self.lost, self.late, self.out_of_order,
-                          self.duplicate, len(self.outstanding))
+        return PeerCounts(
+            self.sent, self.received, self.lost, self.late, self.out_of_order, self.duplicate, len(self.outstanding)
+        )
 
     def take_rtt(self) -> RttSummary | None:
         """The interval's RTT summary, and a fresh interval; None when nothing came back."""
@@ -187,8 +188,9 @@ class Ledger:
         if not count or self.rtt_min_ns is None:
             return None
         pct = self.hist.get_percentile_to_value_dict([50, 90, 99])  # one pass over the buckets
-        summary = RttSummary(count, self.rtt_min_ns / 1e9, pct[50] / 1e6, pct[90] / 1e6, pct[99] / 1e6,
-                             self.rtt_max_ns / 1e9)
+        summary = RttSummary(
+            count, self.rtt_min_ns / 1e9, pct[50] / 1e6, pct[90] / 1e6, pct[99] / 1e6, self.rtt_max_ns / 1e9
+        )
         self.hist.reset()
         self.rtt_min_ns, self.rtt_max_ns = None, 0
         return summary
@@ -209,8 +211,11 @@ def plain_udp_socket(family: int) -> socket.socket:
 
 def set_dscp(sock: socket.socket, dscp: int | None) -> None:
     if dscp is not None:  # DSCP is the upper 6 bits of the TOS / traffic class byte (RFC 2474)
-        level, opt = ((socket.IPPROTO_IPV6, socket.IPV6_TCLASS) if sock.family == socket.AF_INET6
-                      else (socket.IPPROTO_IP, socket.IP_TOS))
+        level, opt = (
+            (socket.IPPROTO_IPV6, socket.IPV6_TCLASS)
+            if sock.family == socket.AF_INET6
+            else (socket.IPPROTO_IP, socket.IP_TOS)
+        )
         sock.setsockopt(level, opt, dscp << 2)
 
 
@@ -281,8 +286,14 @@ class ProberProtocol(asyncio.DatagramProtocol):
     """Sends probes to every target at its rate from one socket and feeds replies to the ledgers."""
 
     def __init__(
-        self, targets: Iterable[Target], timeout_ns: int, *, shape: Shape = Shape.UDP, pad_len: int = 0,
-        clock_ns: Callable[[], int] = time.monotonic_ns, session_base: int = 0,
+        self,
+        targets: Iterable[Target],
+        timeout_ns: int,
+        *,
+        shape: Shape = Shape.UDP,
+        pad_len: int = 0,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        session_base: int = 0,
     ) -> None:
         self.targets = {session_base + i: t for i, t in enumerate(targets)}
         self.ledgers = {s: Ledger(timeout_ns) for s in self.targets}

@@ -54,8 +54,13 @@ def _rich(label: str, total: int | None, stream: TextIO) -> Iterator[Step]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[note]}"))  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[note]}"),
+    )
     with Progress(*columns, console=Console(file=stream), transient=False) as bar:
         task = bar.add_task(label, total=total, note="")
 
@@ -66,8 +71,9 @@ def _rich(label: str, total: int | None, stream: TextIO) -> Iterator[Step]:
 
 
 @contextmanager
-def progress(label: str, total: int | None = None, stream: TextIO | None = None,
-             tty: bool | None = None) -> Iterator[Step]:  # fmt: skip
+def progress(
+    label: str, total: int | None = None, stream: TextIO | None = None, tty: bool | None = None
+) -> Iterator[Step]:
     """Report progress of ``total`` steps (``None``: unknown); yields ``step(n=1, note="")``.
 
     ``tty`` overrides terminal detection (tests, ``--progress plain``)."""

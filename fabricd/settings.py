@@ -66,7 +66,9 @@ class LimitSettings(_Strict):
 
 
 # The config file's values for the settings being built now (set by ``load`` only).
-_FILE_VALUES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("fabricd_file_values", default=None)
+_FILE_VALUES: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "fabricd_file_values", default=None
+)
 
 
 class _FileSource(PydanticBaseSettingsSource):

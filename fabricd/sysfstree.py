@@ -41,44 +41,95 @@ Counters = Mapping[str, Value]
 
 # Counter names and widths as the kernel exposes them (drivers/infiniband/core/sysfs.c).
 PORT_COUNTERS_BASE: dict[str, int] = {
-    "symbol_error": 16, "link_error_recovery": 8, "link_downed": 8, "port_rcv_errors": 16,
-    "port_rcv_remote_physical_errors": 16, "port_rcv_switch_relay_errors": 16,
-    "port_xmit_discards": 16, "port_xmit_constraint_errors": 8, "port_rcv_constraint_errors": 8,
-    "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
     "port_xmit_wait": 32,
-}  # fmt: skip
+}
 PORT_COUNTERS_DATA: tuple[str, ...] = (
-    "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
-)  # fmt: skip
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+)
 PORT_COUNTERS_EXT_ONLY: tuple[str, ...] = (
-    "unicast_xmit_packets", "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets",
-)  # fmt: skip
+    "unicast_xmit_packets",
+    "unicast_rcv_packets",
+    "multicast_xmit_packets",
+    "multicast_rcv_packets",
+)
 COUNTERS_EXT: tuple[str, ...] = (
-    "port_xmit_data_64", "port_rcv_data_64", "port_xmit_packets_64", "port_rcv_packets_64",
-    "port_unicast_xmit_packets", "port_unicast_rcv_packets",
-    "port_multicast_xmit_packets", "port_multicast_rcv_packets",
-)  # fmt: skip
+    "port_xmit_data_64",
+    "port_rcv_data_64",
+    "port_xmit_packets_64",
+    "port_rcv_packets_64",
+    "port_unicast_xmit_packets",
+    "port_unicast_rcv_packets",
+    "port_multicast_xmit_packets",
+    "port_multicast_rcv_packets",
+)
 MLX5_Q_COUNTERS: tuple[str, ...] = (
-    "duplicate_request", "implied_nak_seq_err", "local_ack_timeout_err", "out_of_buffer",
-    "out_of_sequence", "packet_seq_err", "req_cqe_error", "req_cqe_flush_error",
-    "req_remote_access_errors", "req_remote_invalid_request", "resp_cqe_error", "resp_cqe_flush_error",
-    "resp_local_length_error", "resp_remote_access_errors", "rnr_nak_retry_err", "roce_adp_retrans",
-    "roce_adp_retrans_to", "roce_slow_restart", "roce_slow_restart_cnps", "roce_slow_restart_trans",
-    "rx_atomic_requests", "rx_dct_connect", "rx_read_requests", "rx_write_requests",
-)  # fmt: skip
+    "duplicate_request",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "req_cqe_error",
+    "req_cqe_flush_error",
+    "req_remote_access_errors",
+    "req_remote_invalid_request",
+    "resp_cqe_error",
+    "resp_cqe_flush_error",
+    "resp_local_length_error",
+    "resp_remote_access_errors",
+    "rnr_nak_retry_err",
+    "roce_adp_retrans",
+    "roce_adp_retrans_to",
+    "roce_slow_restart",
+    "roce_slow_restart_cnps",
+    "roce_slow_restart_trans",
+    "rx_atomic_requests",
+    "rx_dct_connect",
+    "rx_read_requests",
+    "rx_write_requests",
+)
 MLX5_CONG_COUNTERS: tuple[str, ...] = (
-    "np_cnp_sent", "np_ecn_marked_roce_packets", "rp_cnp_handled", "rp_cnp_ignored",
-)  # fmt: skip
+    "np_cnp_sent",
+    "np_ecn_marked_roce_packets",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+)
 
 STATES: dict[int, str] = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 PHYS_STATES: dict[int, str] = {
-    1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining", 5: "LinkUp",
-    6: "LinkErrorRecovery", 7: "Phy Test",
-}  # fmt: skip
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "Phy Test",
+}
 RATES: tuple[str, ...] = (
-    "2.5 Gb/sec (1X SDR)", "10 Gb/sec (4X)", "25 Gb/sec (1X EDR)", "40 Gb/sec (4X QDR)",
-    "100 Gb/sec (4X EDR)", "200 Gb/sec (4X HDR)", "200 Gb/sec (2X NDR)", "400 Gb/sec (4X NDR)",
-)  # fmt: skip
+    "2.5 Gb/sec (1X SDR)",
+    "10 Gb/sec (4X)",
+    "25 Gb/sec (1X EDR)",
+    "40 Gb/sec (4X QDR)",
+    "100 Gb/sec (4X EDR)",
+    "200 Gb/sec (4X HDR)",
+    "200 Gb/sec (2X NDR)",
+    "400 Gb/sec (4X NDR)",
+)
 
 
 @dataclass(frozen=True)
@@ -121,8 +172,7 @@ def tree_files(devices: Mapping[str, DeviceTree]) -> dict[Path, bytes | None]:
 def _device_files(devices: Mapping[str, DeviceTree]) -> Iterator[tuple[Path, bytes | None]]:
     for name, dev in devices.items():
         base = Path(name)
-        attrs = {"fw_ver": dev.fw_ver, "board_id": dev.board_id, "hca_type": dev.hca_type,
-                 "node_guid": dev.node_guid}  # fmt: skip
+        attrs = {"fw_ver": dev.fw_ver, "board_id": dev.board_id, "hca_type": dev.hca_type, "node_guid": dev.node_guid}
         yield from _attr_files(base, attrs)
         yield from _counter_files(base / "hw_counters", dev.hw_counters)
         for port_name, port in dev.ports.items():
@@ -130,8 +180,7 @@ def _device_files(devices: Mapping[str, DeviceTree]) -> Iterator[tuple[Path, byt
 
 
 def _port_files(base: Path, port: PortTree) -> Iterator[tuple[Path, bytes | None]]:
-    attrs = {"state": port.state, "phys_state": port.phys_state, "rate": port.rate,
-             "link_layer": port.link_layer}  # fmt: skip
+    attrs = {"state": port.state, "phys_state": port.phys_state, "rate": port.rate, "link_layer": port.link_layer}
     yield from _attr_files(base, attrs)
     yield from _counter_files(base / "counters", port.counters)
     yield from _counter_files(base / "counters_ext", port.counters_ext)

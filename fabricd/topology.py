@@ -218,8 +218,18 @@ def to_doc(topo: Topology, routes: Routes | None = None) -> dict[str, Any]:
     elements: list[dict[str, Any]] = [
         {"id": sw.id, "type": "switch", "tier": sw.tier, "guid": sw.guid} for sw in topo.switches.values()
     ]
-    elements += [{"id": h.id, "type": "hca_port", "node": h.node, "device": h.device, "port": h.port,
-                  "guid": h.guid, "link_layer": topo.link_layer} for h in topo.hca_ports.values()]  # fmt: skip
+    elements += [
+        {
+            "id": h.id,
+            "type": "hca_port",
+            "node": h.node,
+            "device": h.device,
+            "port": h.port,
+            "guid": h.guid,
+            "link_layer": topo.link_layer,
+        }
+        for h in topo.hca_ports.values()
+    ]
     links = [{"a": link.a, "b": link.b} for link in topo.links.values()]
     doc: dict[str, Any] = {"elements": elements, "links": links}
     if routes:
@@ -248,11 +258,15 @@ def from_doc(doc: dict[str, Any]) -> Topology:
     layers = {str(e.get("link_layer")) for e in elements if e.get("type") == "hca_port" and e.get("link_layer")}
     explicit = {
         "switches": [e for e in elements if e.get("type") == "switch"],
-        "nodes": [{"id": node, "hcas": [str(e["device"]) for e in elements
-                                        if e.get("type") == "hca_port" and e.get("node") == node]}
-                  for node in dict.fromkeys(str(e["node"]) for e in elements if e.get("type") == "hca_port")],
+        "nodes": [
+            {
+                "id": node,
+                "hcas": [str(e["device"]) for e in elements if e.get("type") == "hca_port" and e.get("node") == node],
+            }
+            for node in dict.fromkeys(str(e["node"]) for e in elements if e.get("type") == "hca_port")
+        ],
         "links": doc.get("links", []),
-    }  # fmt: skip
+    }
     return _explicit(explicit, layers.pop() if len(layers) == 1 else "infiniband")
 
 
@@ -361,9 +375,12 @@ def from_ibnetdiscover(text: str) -> Topology:
     ports = parse_ibnetdiscover(text)
     ids = switch_ids(ports)
     leaves = {
-        e.guid for p in ports if p.remote is not None
-        for e, other in ((p.local, p.remote), (p.remote, p.local)) if e.type == "SW" and other.type == "CA"
-    }  # fmt: skip
+        e.guid
+        for p in ports
+        if p.remote is not None
+        for e, other in ((p.local, p.remote), (p.remote, p.local))
+        if e.type == "SW" and other.type == "CA"
+    }
     topo = Topology(link_layer="infiniband")
     for guid, sid in ids.items():
         topo.add_switch(Switch(sid, LEAF if guid in leaves else SPINE, guid))

@@ -28,9 +28,20 @@ JSON = "application/json"
 MSGPACK = "application/msgpack"
 CONTENT_TYPES = (JSON, MSGPACK, "application/x-msgpack")
 SAMPLE_FIELDS = (
-    "ts", "source", "device", "port", "counter", "name", "unit", "kind", "labels", "value", "rate",
-    "status", "since",
-)  # fmt: skip
+    "ts",
+    "source",
+    "device",
+    "port",
+    "counter",
+    "name",
+    "unit",
+    "kind",
+    "labels",
+    "value",
+    "rate",
+    "status",
+    "since",
+)
 # A gzip bomb must not exhaust memory: decompression stops past this many bytes (ingest limit).
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 # Enum lookups by value: a dict hit costs a fraction of ``Kind(x)``'s call into EnumType.__call__.
@@ -59,9 +70,20 @@ def _sample_row(s: Sample) -> list[Any]:
     r = s.reading
     labels = dict(r.labels) if r.labels else None
     return [
-        s.ts, r.source, r.device, r.port, r.counter, r.name, r.unit, r.kind.value, labels, r.value,
-        s.rate, s.status.value, s.since,
-    ]  # fmt: skip
+        s.ts,
+        r.source,
+        r.device,
+        r.port,
+        r.counter,
+        r.name,
+        r.unit,
+        r.kind.value,
+        labels,
+        r.value,
+        s.rate,
+        s.status.value,
+        s.since,
+    ]
 
 
 def batch_to_obj(batch: Batch) -> dict[str, Any]:
@@ -72,9 +94,7 @@ def batch_to_obj(batch: Batch) -> dict[str, Any]:
         "id": batch.batch_id,
         "ts": batch.created_ts,
         "samples": [_sample_row(s) for s in batch.samples],
-        "health": [
-            [h.collector, h.success, h.duration_seconds, h.ts, h.error, h.readings] for h in batch.health
-        ],
+        "health": [[h.collector, h.success, h.duration_seconds, h.ts, h.error, h.readings] for h in batch.health],
     }
 
 
@@ -136,7 +156,9 @@ def batch_from_obj(obj: Any) -> Batch:
         raise WireError("batch must be an object", "")
     version = _req(obj, "v", int)
     if version != SCHEMA_VERSION:
-        raise UnsupportedVersion(f"schema version {version} is not supported (this server speaks {SCHEMA_VERSION})", "v")
+        raise UnsupportedVersion(
+            f"schema version {version} is not supported (this server speaks {SCHEMA_VERSION})", "v"
+        )
     node = _req(obj, "node", str)
     batch_id = _req(obj, "id", str)
     if not node or not batch_id:
@@ -198,15 +220,24 @@ def _samples_from_rows(rows: list[Any]) -> list[Sample]:
         if type(row) is list and len(row) == 13:
             ts, source, device, port, counter, name, unit, kind, labels, value, rate, status, since = row
             if (
-                type(ts) is float and type(value) is float and type(source) is str and type(device) is str
-                and type(port) is str and type(counter) is str and type(name) is str and type(unit) is str
-                and type(kind) is str and type(status) is str
+                type(ts) is float
+                and type(value) is float
+                and type(source) is str
+                and type(device) is str
+                and type(port) is str
+                and type(counter) is str
+                and type(name) is str
+                and type(unit) is str
+                and type(kind) is str
+                and type(status) is str
                 and (labels_t := () if labels is None else _plain_labels(labels)) is not None
-                and -inf < ts < inf and -inf < value < inf
+                and -inf < ts < inf
+                and -inf < value < inf
                 and (rate is None or (type(rate) is float and -inf < rate < inf))
                 and (since is None or (type(since) is float and -inf < since < inf))
-                and (kind_v := kinds.get(kind)) is not None and (status_v := statuses.get(status)) is not None
-            ):  # fmt: skip
+                and (kind_v := kinds.get(kind)) is not None
+                and (status_v := statuses.get(status)) is not None
+            ):
                 # ``or 0.0`` as the checked path does (it turns -0.0 into 0.0).
                 reading = Reading(source, device, port, counter, value or 0.0, unit, kind_v, labels_t, name)
                 append(Sample(ts or 0.0, reading, rate, status_v, since))

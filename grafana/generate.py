@@ -32,49 +32,76 @@ def target(expr: str, legend: str = "", *, instant: bool = False, ref: str = "A"
     return t
 
 
-def _panel(kind: str, title: str, description: str, targets: list[dict[str, Any]], unit: str,
-           w: int, h: int) -> Panel:  # fmt: skip
+def _panel(kind: str, title: str, description: str, targets: list[dict[str, Any]], unit: str, w: int, h: int) -> Panel:
     refs = "ABCDEFGH"
     return {
-        "type": kind, "title": title, "description": description, "datasource": DS,
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DS,
         "targets": [{**t, "refId": refs[i]} for i, t in enumerate(targets)],
         "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
         "gridPos": {"w": w, "h": h},
         "options": {},
-    }  # fmt: skip
+    }
 
 
 def timeseries(title: str, description: str, *targets: dict[str, Any], unit: str = "short", w: int = 12) -> Panel:
     p = _panel("timeseries", title, description, list(targets), unit, w, 8)
-    p["options"] = {"legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull", "max"]},
-                    "tooltip": {"mode": "multi", "sort": "desc"}}  # fmt: skip
+    p["options"] = {
+        "legend": {"displayMode": "table", "placement": "right", "calcs": ["lastNotNull", "max"]},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    }
     return p
 
 
 def stat(title: str, description: str, *targets: dict[str, Any], unit: str = "short", w: int = 6) -> Panel:
     p = _panel("stat", title, description, list(targets), unit, w, 4)
-    p["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                    "colorMode": "background", "graphMode": "none", "textMode": "value_and_name"}  # fmt: skip
-    p["fieldConfig"]["defaults"]["thresholds"] = {"mode": "absolute", "steps": [
-        {"color": "green", "value": None}, {"color": "red", "value": 1}]}  # fmt: skip
+    p["options"] = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "background",
+        "graphMode": "none",
+        "textMode": "value_and_name",
+    }
+    p["fieldConfig"]["defaults"]["thresholds"] = {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, {"color": "red", "value": 1}],
+    }
     return p
 
 
-def table(title: str, description: str, *targets: dict[str, Any], unit: str = "short", w: int = 12,
-          matrix: tuple[str, str] | None = None, thresholds: tuple[float, float] | None = None) -> Panel:  # fmt: skip
+def table(
+    title: str,
+    description: str,
+    *targets: dict[str, Any],
+    unit: str = "short",
+    w: int = 12,
+    matrix: tuple[str, str] | None = None,
+    thresholds: tuple[float, float] | None = None,
+) -> Panel:
     p = _panel("table", title, description, list(targets), unit, w, 10)
     p["options"] = {"showHeader": True, "cellHeight": "sm"}
     if matrix is not None:  # rows x columns from two labels: a pair matrix (node x peer)
         rows, cols = matrix
-        p["transformations"] = [{"id": "groupingToMatrix", "options": {
-            "rowField": rows, "columnField": cols, "valueField": "Value", "emptyValue": "null"}}]  # fmt: skip
+        p["transformations"] = [
+            {
+                "id": "groupingToMatrix",
+                "options": {"rowField": rows, "columnField": cols, "valueField": "Value", "emptyValue": "null"},
+            }
+        ]
     else:
         p["transformations"] = [{"id": "organize", "options": {"excludeByName": {"Time": True}}}]
     if thresholds is not None:
         warn, bad = thresholds
         p["fieldConfig"]["defaults"]["custom"] = {"cellOptions": {"type": "color-background"}}
-        p["fieldConfig"]["defaults"]["thresholds"] = {"mode": "absolute", "steps": [
-            {"color": "green", "value": None}, {"color": "orange", "value": warn}, {"color": "red", "value": bad}]}
+        p["fieldConfig"]["defaults"]["thresholds"] = {
+            "mode": "absolute",
+            "steps": [
+                {"color": "green", "value": None},
+                {"color": "orange", "value": warn},
+                {"color": "red", "value": bad},
+            ],
+        }
     return p
 
 
@@ -84,19 +111,32 @@ def row(title: str) -> Panel:
 
 def variable(name: str, query: str, label: str, *, multi: bool = True) -> dict[str, Any]:
     return {
-        "name": name, "label": label, "type": "query", "datasource": DS,
-        "query": {"query": query, "refId": f"{name}-var"}, "definition": query,
-        "refresh": 2, "sort": 3, "multi": multi, "includeAll": True, "allValue": ".*",
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DS,
+        "query": {"query": query, "refId": f"{name}-var"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 3,
+        "multi": multi,
+        "includeAll": True,
+        "allValue": ".*",
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-    }  # fmt: skip
+    }
 
 
-DATASOURCE_VAR = {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
-                  "current": {}, "hide": 0}  # fmt: skip
+DATASOURCE_VAR = {
+    "name": "datasource",
+    "label": "Prometheus",
+    "type": "datasource",
+    "query": "prometheus",
+    "current": {},
+    "hide": 0,
+}
 NODE_VAR = variable("node", "label_values(fabricd_agent_last_seen_timestamp_seconds, node)", "Node")
 DEVICE_VAR = variable("device", 'label_values(fabricd_infiniband_port_info{node=~"$node"}, device)', "Device")
-PORT_VAR = variable("port", 'label_values(fabricd_infiniband_port_info{node=~"$node",device=~"$device"}, port)',
-                    "Port")
+PORT_VAR = variable("port", 'label_values(fabricd_infiniband_port_info{node=~"$node",device=~"$device"}, port)', "Port")
 OP_VAR = variable("op", "label_values(fabricd_nccl_busbw_bytes_per_second, op)", "Collective")
 
 
@@ -115,214 +155,423 @@ def layout(panels: list[Panel]) -> list[Panel]:
     return panels
 
 
-def dashboard(uid: str, title: str, description: str, variables: list[dict[str, Any]],
-              panels: list[Panel]) -> dict[str, Any]:  # fmt: skip
+def dashboard(
+    uid: str, title: str, description: str, variables: list[dict[str, Any]], panels: list[Panel]
+) -> dict[str, Any]:
     return {
-        "uid": uid, "title": title, "description": description, "tags": ["fabricd"],
-        "editable": True, "graphTooltip": 1, "refresh": "30s", "schemaVersion": 39,
-        "time": {"from": "now-1h", "to": "now"}, "timezone": "",
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["fabricd"],
+        "editable": True,
+        "graphTooltip": 1,
+        "refresh": "30s",
+        "schemaVersion": 39,
+        "time": {"from": "now-1h", "to": "now"},
+        "timezone": "",
         "templating": {"list": [DATASOURCE_VAR, *variables]},
         "annotations": {"list": []},
         "links": [{"title": "fabricd dashboards", "type": "dashboards", "tags": ["fabricd"], "asDropdown": True}],
         "panels": layout(panels),
-    }  # fmt: skip
+    }
 
 
 def overview() -> dict[str, Any]:
-    return dashboard("fabricd-overview", "fabricd / Fabric overview",
-                     "Incidents, hottest ports, congestion (ECN, CNP, XmitWait), PFC pause and errors.", [NODE_VAR], [
-        row("Incidents"),
-        stat("Open incidents", "Incidents fabricd has not resolved (open or acked), all kinds.",
-             target("sum(fabricd_incidents_open)", "open")),
-        stat("Critical incidents", "Open incidents of severity critical.",
-             target('sum(fabricd_incidents_open{severity="critical"})', "critical")),
-        table("Open incidents by kind and severity", "One row per kind and severity with open incidents.",
-              target("sum by (kind, severity) (fabricd_incidents_open) > 0 or sum by (kind, severity) "
-                     "(fabricd_incidents_open)", instant=True), w=12),
-        row("Hottest ports"),
-        table("Top 10 ports by transmit throughput", "InfiniBand/RoCE ports sending the most bytes/s now.",
-              target(f"topk(10, fabricd_infiniband_port_transmit_data_bytes_per_second{{{NODE}}})", instant=True),
-              unit="Bps"),
-        table("Top 10 ports by receive throughput", "Ports receiving the most bytes/s now.",
-              target(f"topk(10, fabricd_infiniband_port_receive_data_bytes_per_second{{{NODE}}})", instant=True),
-              unit="Bps"),
-        row("Congestion"),
-        timeseries("ECN-marked fraction (top 10 ports)", "Fraction of received RoCE packets marked CE; "
-                   "above 5% for 2 minutes is a congested path (alert FabricdEcnCongestion).",
-                   target(f"topk(10, fabricd_derived_ecn_marked_ratio{{{NODE}}})", "{{node}}/{{device}}:{{port}}"),
-                   unit="percentunit"),
-        timeseries("CNP rates per node", "Congestion notification packets: sent as notification point "
-                   "(receiver saw ECN) and handled as reaction point (sender slowed down).",
-                   target(f"sum by (node) (fabricd_derived_cnp_sent_packets_per_second{{{NODE}}})", "{{node}} sent"),
-                   target(f"sum by (node) (fabricd_derived_cnp_handled_packets_per_second{{{NODE}}})",
-                          "{{node}} handled"), unit="pps"),
-        timeseries("XmitWait lost bandwidth (top 10 ports)", "Estimated bandwidth lost waiting for credits "
-                   "(InfiniBand XmitWait x 8 bytes per tick).",
-                   target(f"topk(10, fabricd_derived_xmit_wait_lost_bytes_per_second{{{NODE}}})",
-                          "{{node}}/{{device}}:{{port}}"), unit="Bps"),
-        timeseries("PFC pause fraction (top 10 NIC priorities)", "Fraction of time a priority was paused by "
-                   "the switch: victims of HOL blocking or of a PFC storm.",
-                   target(f"topk(10, fabricd_derived_rx_pause_ratio{{{NODE}}})",
-                          "{{node}}/{{device}} prio {{priority}}"), unit="percentunit"),
-        row("Errors"),
-        timeseries("Symbol errors per GB (top 10 ports)", "Physical-layer errors per received gigabyte: a "
-                   "failing cable or transceiver.",
-                   target(f"topk(10, fabricd_derived_symbol_errors_per_gigabyte{{{NODE}}})",
-                          "{{node}}/{{device}}:{{port}}")),
-        timeseries("Discards per node", "Packets discarded at ports (InfiniBand transmit discards).",
-                   target(f"sum by (node) (fabricd_infiniband_port_transmit_discards_per_second{{{NODE}}})",
-                          "{{node}}"), unit="pps"),
-    ])  # fmt: skip
+    return dashboard(
+        "fabricd-overview",
+        "fabricd / Fabric overview",
+        "Incidents, hottest ports, congestion (ECN, CNP, XmitWait), PFC pause and errors.",
+        [NODE_VAR],
+        [
+            row("Incidents"),
+            stat(
+                "Open incidents",
+                "Incidents fabricd has not resolved (open or acked), all kinds.",
+                target("sum(fabricd_incidents_open)", "open"),
+            ),
+            stat(
+                "Critical incidents",
+                "Open incidents of severity critical.",
+                target('sum(fabricd_incidents_open{severity="critical"})', "critical"),
+            ),
+            table(
+                "Open incidents by kind and severity",
+                "One row per kind and severity with open incidents.",
+                target(
+                    "sum by (kind, severity) (fabricd_incidents_open) > 0 or sum by (kind, severity) "
+                    "(fabricd_incidents_open)",
+                    instant=True,
+                ),
+                w=12,
+            ),
+            row("Hottest ports"),
+            table(
+                "Top 10 ports by transmit throughput",
+                "InfiniBand/RoCE ports sending the most bytes/s now.",
+                target(f"topk(10, fabricd_infiniband_port_transmit_data_bytes_per_second{{{NODE}}})", instant=True),
+                unit="Bps",
+            ),
+            table(
+                "Top 10 ports by receive throughput",
+                "Ports receiving the most bytes/s now.",
+                target(f"topk(10, fabricd_infiniband_port_receive_data_bytes_per_second{{{NODE}}})", instant=True),
+                unit="Bps",
+            ),
+            row("Congestion"),
+            timeseries(
+                "ECN-marked fraction (top 10 ports)",
+                "Fraction of received RoCE packets marked CE; "
+                "above 5% for 2 minutes is a congested path (alert FabricdEcnCongestion).",
+                target(f"topk(10, fabricd_derived_ecn_marked_ratio{{{NODE}}})", "{{node}}/{{device}}:{{port}}"),
+                unit="percentunit",
+            ),
+            timeseries(
+                "CNP rates per node",
+                "Congestion notification packets: sent as notification point "
+                "(receiver saw ECN) and handled as reaction point (sender slowed down).",
+                target(f"sum by (node) (fabricd_derived_cnp_sent_packets_per_second{{{NODE}}})", "{{node}} sent"),
+                target(f"sum by (node) (fabricd_derived_cnp_handled_packets_per_second{{{NODE}}})", "{{node}} handled"),
+                unit="pps",
+            ),
+            timeseries(
+                "XmitWait lost bandwidth (top 10 ports)",
+                "Estimated bandwidth lost waiting for credits (InfiniBand XmitWait x 8 bytes per tick).",
+                target(
+                    f"topk(10, fabricd_derived_xmit_wait_lost_bytes_per_second{{{NODE}}})",
+                    "{{node}}/{{device}}:{{port}}",
+                ),
+                unit="Bps",
+            ),
+            timeseries(
+                "PFC pause fraction (top 10 NIC priorities)",
+                "Fraction of time a priority was paused by the switch: victims of HOL blocking or of a PFC storm.",
+                target(f"topk(10, fabricd_derived_rx_pause_ratio{{{NODE}}})", "{{node}}/{{device}} prio {{priority}}"),
+                unit="percentunit",
+            ),
+            row("Errors"),
+            timeseries(
+                "Symbol errors per GB (top 10 ports)",
+                "Physical-layer errors per received gigabyte: a failing cable or transceiver.",
+                target(
+                    f"topk(10, fabricd_derived_symbol_errors_per_gigabyte{{{NODE}}})", "{{node}}/{{device}}:{{port}}"
+                ),
+            ),
+            timeseries(
+                "Discards per node",
+                "Packets discarded at ports (InfiniBand transmit discards).",
+                target(f"sum by (node) (fabricd_infiniband_port_transmit_discards_per_second{{{NODE}}})", "{{node}}"),
+                unit="pps",
+            ),
+        ],
+    )
 
 
 def port() -> dict[str, Any]:
-    return dashboard("fabricd-port", "fabricd / Port drill-down",
-                     "One HCA port in depth: throughput, congestion, errors, retransmissions, state; and the "
-                     "node's NIC PFC counters.", [NODE_VAR, DEVICE_VAR, PORT_VAR], [
-        row("Traffic"),
-        timeseries("Throughput", "Data bytes per second (port_xmit_data/port_rcv_data x 4).",
-                   target(f"fabricd_infiniband_port_transmit_data_bytes_per_second{{{PORT}}}",
-                          "tx {{node}}/{{device}}:{{port}}"),
-                   target(f"fabricd_infiniband_port_receive_data_bytes_per_second{{{PORT}}}",
-                          "rx {{node}}/{{device}}:{{port}}"), unit="Bps"),
-        timeseries("Packets", "Packets per second.",
-                   target(f"fabricd_infiniband_port_transmit_packets_per_second{{{PORT}}}", "tx {{device}}:{{port}}"),
-                   target(f"fabricd_infiniband_port_receive_packets_per_second{{{PORT}}}", "rx {{device}}:{{port}}"),
-                   unit="pps"),
-        row("Congestion"),
-        timeseries("XmitWait", "Ticks per second with data to send and no credits, and the bandwidth "
-                   "estimate derived from it.",
-                   target(f"fabricd_infiniband_port_transmit_wait_ticks_per_second{{{PORT}}}", "ticks/s {{device}}"),
-                   target(f"fabricd_derived_xmit_wait_lost_bytes_per_second{{{PORT}}}", "lost B/s {{device}}")),
-        timeseries("ECN and CNP", "ECN-marked fraction of received packets and CNPs sent/handled.",
-                   target(f"fabricd_derived_ecn_marked_ratio{{{PORT}}}", "ECN fraction {{device}}"),
-                   target(f"fabricd_derived_cnp_sent_packets_per_second{{{PORT}}}", "CNP sent/s {{device}}"),
-                   target(f"fabricd_derived_cnp_handled_packets_per_second{{{PORT}}}", "CNP handled/s {{device}}")),
-        row("Errors and retransmissions"),
-        timeseries("Link errors", "Symbol errors, receive errors and transmit discards per second.",
-                   target(f"fabricd_infiniband_symbol_errors_per_second{{{PORT}}}", "symbol {{device}}"),
-                   target(f"fabricd_infiniband_port_receive_errors_per_second{{{PORT}}}", "rcv errors {{device}}"),
-                   target(f"fabricd_infiniband_port_transmit_discards_per_second{{{PORT}}}", "discards {{device}}")),
-        timeseries("RDMA retransmissions", "Sequence errors and ACK timeouts per second (each is a "
-                   "retransmission: loss somewhere on the path).",
-                   target(f"fabricd_infiniband_out_of_sequence_per_second{{{PORT}}}", "out of sequence {{device}}"),
-                   target(f"fabricd_infiniband_packet_seq_err_per_second{{{PORT}}}", "seq err NAK {{device}}"),
-                   target(f"fabricd_infiniband_local_ack_timeout_err_per_second{{{PORT}}}", "ack timeout {{device}}")),
-        row("State"),
-        stat("Port state", "Logical state id: 4 = ACTIVE.",
-             target(f"fabricd_infiniband_port_state{{{PORT}}}", "{{device}}:{{port}}"), w=6),
-        stat("Link rate", "Signalling rate of the link.",
-             target(f"fabricd_infiniband_link_rate_bytes_per_second{{{PORT}}}", "{{device}}:{{port}}"),
-             unit="Bps", w=6),
-        table("Link downs", "Cumulative link_downed count (saturates at 255).",
-              target(f"fabricd_infiniband_link_downed_total{{{PORT}}}", instant=True), w=6),
-        table("Saturated counters", "Counters stuck at all ones, and since when: their rate is unknown.",
-              target(f"fabricd_saturated_since_timestamp_seconds{{{NODE}}} * 1000", instant=True),
-              unit="dateTimeAsIso", w=6),
-        row("PFC on this node's NICs (ethtool)"),
-        timeseries("Pause fraction per priority", "Fraction of time each priority was paused by the switch "
-                   "(rx) and pausing it (tx).",
-                   target(f"fabricd_derived_rx_pause_ratio{{{NODE}}}", "rx {{device}} prio {{priority}}"),
-                   target(f"fabricd_derived_tx_pause_ratio{{{NODE}}}", "tx {{device}} prio {{priority}}"),
-                   unit="percentunit"),
-        timeseries("Pause frames per priority", "PFC pause frames per second.",
-                   target(f"fabricd_ethtool_rx_pause_frames_per_second{{{NODE}}}", "rx {{device}} prio {{priority}}"),
-                   target(f"fabricd_ethtool_tx_pause_frames_per_second{{{NODE}}}", "tx {{device}} prio {{priority}}"),
-                   unit="pps"),
-    ])  # fmt: skip
+    return dashboard(
+        "fabricd-port",
+        "fabricd / Port drill-down",
+        "One HCA port in depth: throughput, congestion, errors, retransmissions, state; and the "
+        "node's NIC PFC counters.",
+        [NODE_VAR, DEVICE_VAR, PORT_VAR],
+        [
+            row("Traffic"),
+            timeseries(
+                "Throughput",
+                "Data bytes per second (port_xmit_data/port_rcv_data x 4).",
+                target(
+                    f"fabricd_infiniband_port_transmit_data_bytes_per_second{{{PORT}}}",
+                    "tx {{node}}/{{device}}:{{port}}",
+                ),
+                target(
+                    f"fabricd_infiniband_port_receive_data_bytes_per_second{{{PORT}}}",
+                    "rx {{node}}/{{device}}:{{port}}",
+                ),
+                unit="Bps",
+            ),
+            timeseries(
+                "Packets",
+                "Packets per second.",
+                target(f"fabricd_infiniband_port_transmit_packets_per_second{{{PORT}}}", "tx {{device}}:{{port}}"),
+                target(f"fabricd_infiniband_port_receive_packets_per_second{{{PORT}}}", "rx {{device}}:{{port}}"),
+                unit="pps",
+            ),
+            row("Congestion"),
+            timeseries(
+                "XmitWait",
+                "Ticks per second with data to send and no credits, and the bandwidth estimate derived from it.",
+                target(f"fabricd_infiniband_port_transmit_wait_ticks_per_second{{{PORT}}}", "ticks/s {{device}}"),
+                target(f"fabricd_derived_xmit_wait_lost_bytes_per_second{{{PORT}}}", "lost B/s {{device}}"),
+            ),
+            timeseries(
+                "ECN and CNP",
+                "ECN-marked fraction of received packets and CNPs sent/handled.",
+                target(f"fabricd_derived_ecn_marked_ratio{{{PORT}}}", "ECN fraction {{device}}"),
+                target(f"fabricd_derived_cnp_sent_packets_per_second{{{PORT}}}", "CNP sent/s {{device}}"),
+                target(f"fabricd_derived_cnp_handled_packets_per_second{{{PORT}}}", "CNP handled/s {{device}}"),
+            ),
+            row("Errors and retransmissions"),
+            timeseries(
+                "Link errors",
+                "Symbol errors, receive errors and transmit discards per second.",
+                target(f"fabricd_infiniband_symbol_errors_per_second{{{PORT}}}", "symbol {{device}}"),
+                target(f"fabricd_infiniband_port_receive_errors_per_second{{{PORT}}}", "rcv errors {{device}}"),
+                target(f"fabricd_infiniband_port_transmit_discards_per_second{{{PORT}}}", "discards {{device}}"),
+            ),
+            timeseries(
+                "RDMA retransmissions",
+                "Sequence errors and ACK timeouts per second (each is a retransmission: loss somewhere on the path).",
+                target(f"fabricd_infiniband_out_of_sequence_per_second{{{PORT}}}", "out of sequence {{device}}"),
+                target(f"fabricd_infiniband_packet_seq_err_per_second{{{PORT}}}", "seq err NAK {{device}}"),
+                target(f"fabricd_infiniband_local_ack_timeout_err_per_second{{{PORT}}}", "ack timeout {{device}}"),
+            ),
+            row("State"),
+            stat(
+                "Port state",
+                "Logical state id: 4 = ACTIVE.",
+                target(f"fabricd_infiniband_port_state{{{PORT}}}", "{{device}}:{{port}}"),
+                w=6,
+            ),
+            stat(
+                "Link rate",
+                "Signalling rate of the link.",
+                target(f"fabricd_infiniband_link_rate_bytes_per_second{{{PORT}}}", "{{device}}:{{port}}"),
+                unit="Bps",
+                w=6,
+            ),
+            table(
+                "Link downs",
+                "Cumulative link_downed count (saturates at 255).",
+                target(f"fabricd_infiniband_link_downed_total{{{PORT}}}", instant=True),
+                w=6,
+            ),
+            table(
+                "Saturated counters",
+                "Counters stuck at all ones, and since when: their rate is unknown.",
+                target(f"fabricd_saturated_since_timestamp_seconds{{{NODE}}} * 1000", instant=True),
+                unit="dateTimeAsIso",
+                w=6,
+            ),
+            row("PFC on this node's NICs (ethtool)"),
+            timeseries(
+                "Pause fraction per priority",
+                "Fraction of time each priority was paused by the switch (rx) and pausing it (tx).",
+                target(f"fabricd_derived_rx_pause_ratio{{{NODE}}}", "rx {{device}} prio {{priority}}"),
+                target(f"fabricd_derived_tx_pause_ratio{{{NODE}}}", "tx {{device}} prio {{priority}}"),
+                unit="percentunit",
+            ),
+            timeseries(
+                "Pause frames per priority",
+                "PFC pause frames per second.",
+                target(f"fabricd_ethtool_rx_pause_frames_per_second{{{NODE}}}", "rx {{device}} prio {{priority}}"),
+                target(f"fabricd_ethtool_tx_pause_frames_per_second{{{NODE}}}", "tx {{device}} prio {{priority}}"),
+                unit="pps",
+            ),
+        ],
+    )
 
 
 def pingmesh() -> dict[str, Any]:
-    loss = (f"avg_over_time(fabricd_pingmesh_probes_lost_per_second{{{NODE}}}[5m]) / "
-            f"(avg_over_time(fabricd_pingmesh_probes_sent_per_second{{{NODE}}}[5m]) > 0)")  # fmt: skip
-    return dashboard("fabricd-pingmesh", "fabricd / Pingmesh",
-                     "Point-to-point probes between nodes: the p99 RTT and loss pair matrices (rows: prober "
-                     "node, columns: peer), and their history.", [NODE_VAR], [
-        table("p99 RTT matrix", "Latest p99 round-trip time per (node, peer): a hot row is a sick sender, a "
-              "hot column a sick receiver, a block a sick switch or link.",
-              target(f"max by (node, peer) (fabricd_pingmesh_rtt_p99_seconds{{{NODE}}})", instant=True),
-              unit="s", matrix=("node", "peer"), thresholds=(0.0005, 0.002)),
-        table("Loss matrix (5 min)", "Fraction of probes lost per (node, peer) over 5 minutes.",
-              target(f"max by (node, peer) ({loss})", instant=True),
-              unit="percentunit", matrix=("node", "peer"), thresholds=(0.001, 0.01)),
-        timeseries("p99 RTT per pair", "p99 round-trip time per interval.",
-                   target(f"fabricd_pingmesh_rtt_p99_seconds{{{NODE}}}", "{{node}} -> {{peer}}"), unit="s"),
-        timeseries("p50 RTT per pair", "Median round-trip time per interval.",
-                   target(f"fabricd_pingmesh_rtt_p50_seconds{{{NODE}}}", "{{node}} -> {{peer}}"), unit="s"),
-        timeseries("Lost probes per second", "Probes without a reply within the timeout.",
-                   target(f"fabricd_pingmesh_probes_lost_per_second{{{NODE}}}", "{{node}} -> {{peer}}"),
-                   unit="pps"),
-        timeseries("Probes sent per second", "Probe rate per pair (a flat zero means the prober stopped).",
-                   target(f"fabricd_pingmesh_probes_sent_per_second{{{NODE}}}", "{{node}} -> {{peer}}"),
-                   unit="pps"),
-    ])  # fmt: skip
+    loss = (
+        f"avg_over_time(fabricd_pingmesh_probes_lost_per_second{{{NODE}}}[5m]) / "
+        f"(avg_over_time(fabricd_pingmesh_probes_sent_per_second{{{NODE}}}[5m]) > 0)"
+    )
+    return dashboard(
+        "fabricd-pingmesh",
+        "fabricd / Pingmesh",
+        "Point-to-point probes between nodes: the p99 RTT and loss pair matrices (rows: prober "
+        "node, columns: peer), and their history.",
+        [NODE_VAR],
+        [
+            table(
+                "p99 RTT matrix",
+                "Latest p99 round-trip time per (node, peer): a hot row is a sick sender, a "
+                "hot column a sick receiver, a block a sick switch or link.",
+                target(f"max by (node, peer) (fabricd_pingmesh_rtt_p99_seconds{{{NODE}}})", instant=True),
+                unit="s",
+                matrix=("node", "peer"),
+                thresholds=(0.0005, 0.002),
+            ),
+            table(
+                "Loss matrix (5 min)",
+                "Fraction of probes lost per (node, peer) over 5 minutes.",
+                target(f"max by (node, peer) ({loss})", instant=True),
+                unit="percentunit",
+                matrix=("node", "peer"),
+                thresholds=(0.001, 0.01),
+            ),
+            timeseries(
+                "p99 RTT per pair",
+                "p99 round-trip time per interval.",
+                target(f"fabricd_pingmesh_rtt_p99_seconds{{{NODE}}}", "{{node}} -> {{peer}}"),
+                unit="s",
+            ),
+            timeseries(
+                "p50 RTT per pair",
+                "Median round-trip time per interval.",
+                target(f"fabricd_pingmesh_rtt_p50_seconds{{{NODE}}}", "{{node}} -> {{peer}}"),
+                unit="s",
+            ),
+            timeseries(
+                "Lost probes per second",
+                "Probes without a reply within the timeout.",
+                target(f"fabricd_pingmesh_probes_lost_per_second{{{NODE}}}", "{{node}} -> {{peer}}"),
+                unit="pps",
+            ),
+            timeseries(
+                "Probes sent per second",
+                "Probe rate per pair (a flat zero means the prober stopped).",
+                target(f"fabricd_pingmesh_probes_sent_per_second{{{NODE}}}", "{{node}} -> {{peer}}"),
+                unit="pps",
+            ),
+        ],
+    )
 
 
 def nccl() -> dict[str, Any]:
     sel = 'node=~"$node",op=~"$op"'
-    return dashboard("fabricd-nccl", "fabricd / NCCL-tests performance",
-                     "Bus bandwidth and time per message size over time, per node, from the NCCL-tests the "
-                     "agents run or tail.", [NODE_VAR, OP_VAR], [
-        timeseries("Bus bandwidth per size (out of place)", "busbw of the latest run at each message size.",
-                   target(f'fabricd_nccl_busbw_bytes_per_second{{{sel},placement="out_of_place"}}',
-                          "{{node}} {{op}} {{size}} B"), unit="Bps", w=24),
-        timeseries("Time per size (out of place)", "Time of one collective at each message size.",
-                   target(f'fabricd_nccl_time_seconds{{{sel},placement="out_of_place"}}',
-                          "{{node}} {{op}} {{size}} B"), unit="s", w=24),
-        timeseries("Average bus bandwidth per node", "NCCL-tests' '# Avg bus bandwidth' of each run.",
-                   target(f"fabricd_nccl_avg_busbw_bytes_per_second{{{sel}}}", "{{node}} {{op}}"), unit="Bps"),
-        table("Latest busbw by size", "Best node's bus bandwidth at each message size, latest run.",
-              target(f"max by (op, size) (fabricd_nccl_busbw_bytes_per_second{{{sel}}})", instant=True),
-              unit="Bps"),
-        table("Last run succeeded", "1 = the last run completed; 0 = failed (see the failure reason).",
-              target(f"fabricd_nccl_run_success{{{sel}}}", instant=True), w=12),
-        table("Wrong elements", "#wrong per size: must be 0 (data corruption otherwise).",
-              target(f"max by (node, op) (fabricd_nccl_wrong_elements{{{sel}}})", instant=True), w=12),
-    ])  # fmt: skip
+    return dashboard(
+        "fabricd-nccl",
+        "fabricd / NCCL-tests performance",
+        "Bus bandwidth and time per message size over time, per node, from the NCCL-tests the agents run or tail.",
+        [NODE_VAR, OP_VAR],
+        [
+            timeseries(
+                "Bus bandwidth per size (out of place)",
+                "busbw of the latest run at each message size.",
+                target(
+                    f'fabricd_nccl_busbw_bytes_per_second{{{sel},placement="out_of_place"}}',
+                    "{{node}} {{op}} {{size}} B",
+                ),
+                unit="Bps",
+                w=24,
+            ),
+            timeseries(
+                "Time per size (out of place)",
+                "Time of one collective at each message size.",
+                target(f'fabricd_nccl_time_seconds{{{sel},placement="out_of_place"}}', "{{node}} {{op}} {{size}} B"),
+                unit="s",
+                w=24,
+            ),
+            timeseries(
+                "Average bus bandwidth per node",
+                "NCCL-tests' '# Avg bus bandwidth' of each run.",
+                target(f"fabricd_nccl_avg_busbw_bytes_per_second{{{sel}}}", "{{node}} {{op}}"),
+                unit="Bps",
+            ),
+            table(
+                "Latest busbw by size",
+                "Best node's bus bandwidth at each message size, latest run.",
+                target(f"max by (op, size) (fabricd_nccl_busbw_bytes_per_second{{{sel}}})", instant=True),
+                unit="Bps",
+            ),
+            table(
+                "Last run succeeded",
+                "1 = the last run completed; 0 = failed (see the failure reason).",
+                target(f"fabricd_nccl_run_success{{{sel}}}", instant=True),
+                w=12,
+            ),
+            table(
+                "Wrong elements",
+                "#wrong per size: must be 0 (data corruption otherwise).",
+                target(f"max by (node, op) (fabricd_nccl_wrong_elements{{{sel}}})", instant=True),
+                w=12,
+            ),
+        ],
+    )
 
 
 def agents() -> dict[str, Any]:
-    return dashboard("fabricd-agents", "fabricd / Agent health",
-                     "Is the telemetry complete? Agents last seen, collectors, the transport spool, the "
-                     "central's ingest and detection, hooks and the exporter.", [NODE_VAR], [
-        row("Agents (central's view)"),
-        table("Seconds since last batch", "Per node; above 120 s the agent is down (alert FabricdAgentDown).",
-              target(f"time() - fabricd_agent_last_seen_timestamp_seconds{{{NODE}}}", instant=True),
-              unit="s", thresholds=(30, 120)),
-        table("Agent versions", "Version each agent reported.",
-              target(f"fabricd_agent_info{{{NODE}}}", instant=True)),
-        timeseries("Collector success", "1 = the collector's last run succeeded on that node.",
-                   target(f"fabricd_collector_success{{{NODE}}}", "{{node}} {{collector}}")),
-        timeseries("Collector duration", "Duration of each collector's last run.",
-                   target(f"fabricd_collector_duration_seconds{{{NODE}}}", "{{node}} {{collector}}"), unit="s"),
-        row("Agent transport (agents' own /metrics)"),
-        timeseries("Spool bytes", "Bytes waiting on disk while the central is unreachable; growing = "
-                   "telemetry is delayed.", target("fabricd_agent_spool_bytes", "{{instance}}"), unit="bytes"),
-        timeseries("Batches sent and dropped", "Batches acknowledged per second, and given up on by reason.",
-                   target("rate(fabricd_agent_batches_sent_total[1m])", "sent {{instance}}"),
-                   target("sum by (instance, reason) (rate(fabricd_agent_batches_dropped_total[5m]))",
-                          "dropped {{instance}} {{reason}}")),
-        row("Central service"),
-        timeseries("Ingest", "Samples and batches stored per second.",
-                   target("rate(fabricd_ingest_samples_total[1m])", "samples/s"),
-                   target("rate(fabricd_ingest_batches_total[1m])", "batches/s")),
-        timeseries("Rejected batches", "Batches refused by reason (limits, auth, schema).",
-                   target("sum by (reason) (rate(fabricd_ingest_rejected_batches_total[5m])) or vector(0)",
-                          "{{reason}}")),
-        timeseries("Detection lag", "How far detection runs behind the newest samples.",
-                   target("fabricd_detection_lag_seconds", "lag"), unit="s"),
-        stat("Store up", "1 if the central can read its database.", target("fabricd_store_up", "store")),
-        timeseries("Hook notifications", "Incident notifications by hook and outcome.",
-                   target("sum by (hook, outcome) (rate(fabricd_hook_notifications_total[5m])) or vector(0)",
-                          "{{hook}} {{outcome}}")),
-        timeseries("Series refused by /metrics", "Series over the exporter's cardinality caps.",
-                   target("sum by (family, reason) (rate(fabricd_exporter_series_refused_total[5m])) or vector(0)",
-                          "{{family}} {{reason}}")),
-    ])  # fmt: skip
+    return dashboard(
+        "fabricd-agents",
+        "fabricd / Agent health",
+        "Is the telemetry complete? Agents last seen, collectors, the transport spool, the "
+        "central's ingest and detection, hooks and the exporter.",
+        [NODE_VAR],
+        [
+            row("Agents (central's view)"),
+            table(
+                "Seconds since last batch",
+                "Per node; above 120 s the agent is down (alert FabricdAgentDown).",
+                target(f"time() - fabricd_agent_last_seen_timestamp_seconds{{{NODE}}}", instant=True),
+                unit="s",
+                thresholds=(30, 120),
+            ),
+            table(
+                "Agent versions", "Version each agent reported.", target(f"fabricd_agent_info{{{NODE}}}", instant=True)
+            ),
+            timeseries(
+                "Collector success",
+                "1 = the collector's last run succeeded on that node.",
+                target(f"fabricd_collector_success{{{NODE}}}", "{{node}} {{collector}}"),
+            ),
+            timeseries(
+                "Collector duration",
+                "Duration of each collector's last run.",
+                target(f"fabricd_collector_duration_seconds{{{NODE}}}", "{{node}} {{collector}}"),
+                unit="s",
+            ),
+            row("Agent transport (agents' own /metrics)"),
+            timeseries(
+                "Spool bytes",
+                "Bytes waiting on disk while the central is unreachable; growing = telemetry is delayed.",
+                target("fabricd_agent_spool_bytes", "{{instance}}"),
+                unit="bytes",
+            ),
+            timeseries(
+                "Batches sent and dropped",
+                "Batches acknowledged per second, and given up on by reason.",
+                target("rate(fabricd_agent_batches_sent_total[1m])", "sent {{instance}}"),
+                target(
+                    "sum by (instance, reason) (rate(fabricd_agent_batches_dropped_total[5m]))",
+                    "dropped {{instance}} {{reason}}",
+                ),
+            ),
+            row("Central service"),
+            timeseries(
+                "Ingest",
+                "Samples and batches stored per second.",
+                target("rate(fabricd_ingest_samples_total[1m])", "samples/s"),
+                target("rate(fabricd_ingest_batches_total[1m])", "batches/s"),
+            ),
+            timeseries(
+                "Rejected batches",
+                "Batches refused by reason (limits, auth, schema).",
+                target("sum by (reason) (rate(fabricd_ingest_rejected_batches_total[5m])) or vector(0)", "{{reason}}"),
+            ),
+            timeseries(
+                "Detection lag",
+                "How far detection runs behind the newest samples.",
+                target("fabricd_detection_lag_seconds", "lag"),
+                unit="s",
+            ),
+            stat("Store up", "1 if the central can read its database.", target("fabricd_store_up", "store")),
+            timeseries(
+                "Hook notifications",
+                "Incident notifications by hook and outcome.",
+                target(
+                    "sum by (hook, outcome) (rate(fabricd_hook_notifications_total[5m])) or vector(0)",
+                    "{{hook}} {{outcome}}",
+                ),
+            ),
+            timeseries(
+                "Series refused by /metrics",
+                "Series over the exporter's cardinality caps.",
+                target(
+                    "sum by (family, reason) (rate(fabricd_exporter_series_refused_total[5m])) or vector(0)",
+                    "{{family}} {{reason}}",
+                ),
+            ),
+        ],
+    )
 
 
-DASHBOARDS = {"fabric-overview": overview, "port-drilldown": port, "pingmesh": pingmesh, "nccl-tests": nccl,
-              "agent-health": agents}  # fmt: skip
+DASHBOARDS = {
+    "fabric-overview": overview,
+    "port-drilldown": port,
+    "pingmesh": pingmesh,
+    "nccl-tests": nccl,
+    "agent-health": agents,
+}
 
 
 def render(name: str) -> str:

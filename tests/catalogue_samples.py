@@ -43,8 +43,14 @@ def _bump_counters(root: Path, by: int) -> None:
                 path.write_text(f"{int(text) + by}\n")
 
 
-async def _twice(name: str, options: dict[str, Any], advance: Any, *, sysfs_root: Path = Path("/sys"),
-                 factories: dict[str, Any] | None = None) -> list[Sample]:  # fmt: skip
+async def _twice(
+    name: str,
+    options: dict[str, Any],
+    advance: Any,
+    *,
+    sysfs_root: Path = Path("/sys"),
+    factories: dict[str, Any] | None = None,
+) -> list[Sample]:
     collector = build(name, options, node=NODE, sysfs_root=sysfs_root, registry=REGISTRY, factories=factories)
     engine = RateEngine()
     samples: list[Sample] = []
@@ -132,12 +138,16 @@ async def netlink_samples() -> list[Sample]:
 
 async def pingmesh_samples() -> list[Sample]:
     """A real responder and prober on 127.0.0.1 exchanging UDP probes for a moment."""
-    server = build("pingmesh", {"listen_address": "127.0.0.1", "listen_port": 0}, node="srv",
-                   sysfs_root=Path("/sys"), registry=REGISTRY)  # fmt: skip
+    server = build(
+        "pingmesh",
+        {"listen_address": "127.0.0.1", "listen_port": 0},
+        node="srv",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
+    )
     assert isinstance(server, PingmeshCollector)
     await server.collect()
-    peer = {"name": "node-002", "address": "127.0.0.1", "port": server.listen_port,
-            "rate_per_second": 100}  # fmt: skip
+    peer = {"name": "node-002", "address": "127.0.0.1", "port": server.listen_port, "rate_per_second": 100}
 
     async def advance() -> None:
         await asyncio.sleep(0.3)

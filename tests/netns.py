@@ -78,8 +78,22 @@ def veth_pair(prefix: str, queues: int = 1) -> Iterator[VethPair]:
     pair = VethPair(f"{prefix}-{tag}a", f"{prefix}-{tag}b", f"{prefix}{tag}a", f"{prefix}{tag}b")
     with namespace(pair.ns_a), namespace(pair.ns_b):
         q = ("numrxqueues", str(queues), "numtxqueues", str(queues))
-        ip("link", "add", pair.if_a, "netns", pair.ns_a, *q, "type", "veth",
-           "peer", "name", pair.if_b, "netns", pair.ns_b, *q)  # fmt: skip
+        ip(
+            "link",
+            "add",
+            pair.if_a,
+            "netns",
+            pair.ns_a,
+            *q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            pair.if_b,
+            "netns",
+            pair.ns_b,
+            *q,
+        )
         for ns, ifname, addr in ((pair.ns_a, pair.if_a, pair.addr_a), (pair.ns_b, pair.if_b, pair.addr_b)):
             ip("-n", ns, "addr", "add", f"{addr}/24", "dev", ifname)
             ip("-n", ns, "link", "set", ifname, "up")

@@ -54,8 +54,13 @@ class Proc:
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
-            self.p = subprocess.Popen([sys.executable, "-m", "fabricd", *self.args], stdout=out,
-                                      stderr=subprocess.STDOUT, cwd=REPO, env=dict(os.environ, **(self.env or {})))  # fmt: skip
+            self.p = subprocess.Popen(
+                [sys.executable, "-m", "fabricd", *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env=dict(os.environ, **(self.env or {})),
+            )
 
     def alive(self) -> bool:
         return self.p is not None and self.p.poll() is None
@@ -82,8 +87,16 @@ class Proc:
 class Central(Proc):
     def __init__(self, root: Path, tls: Tls | None = None) -> None:
         self.port, self.tls, self.db = free_port(), tls, root / "central.sqlite"
-        args = ["server", "--listen", f"127.0.0.1:{self.port}", "--db", f"sqlite:///{self.db}",
-                "--data-dir", str(root / "central"), "--no-auth"]  # fmt: skip
+        args = [
+            "server",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--db",
+            f"sqlite:///{self.db}",
+            "--data-dir",
+            str(root / "central"),
+            "--no-auth",
+        ]
         if tls:
             args += ["--tls-certfile", str(tls.cert), "--tls-keyfile", str(tls.key)]
         super().__init__(args, root / "central.log")
@@ -113,8 +126,9 @@ class Central(Proc):
             rows = con.execute(
                 "SELECT s.device, s.port, p.ts FROM points p JOIN series s ON s.id = p.series_id "
                 "WHERE s.node = ? AND s.source = 'infiniband' AND s.counter = 'port_xmit_data' AND p.step = 0 "
-                "ORDER BY p.ts", (node,),
-            ).fetchall()  # fmt: skip
+                "ORDER BY p.ts",
+                (node,),
+            ).fetchall()
         except sqlite3.OperationalError:  # schema not created yet
             return {}
         finally:
@@ -135,13 +149,28 @@ class Agent(Proc):
             shutil.copytree(SYSFS, sysfs)
         self.metrics_port, self.data = free_port(), root / f"agent-{node}"
         settings = {
-            "FABRICD_TRANSPORT__BATCH_MAX_SECONDS": "1", "FABRICD_TRANSPORT__TIMEOUT_SECONDS": "2",
-            "FABRICD_TRANSPORT__BACKOFF_INITIAL_SECONDS": "0.2", "FABRICD_TRANSPORT__BACKOFF_MAX_SECONDS": "1",
-            "FABRICD_SPOOL__DRAIN_BATCHES_PER_SECOND": "20", **env,
-        }  # fmt: skip
-        args = ["agent", "--central", central.url, "--node", node, "--sysfs-root", str(sysfs),
-                "--interval", str(INTERVAL), "--data-dir", str(self.data),
-                "--metrics-listen", f"127.0.0.1:{self.metrics_port}"]  # fmt: skip
+            "FABRICD_TRANSPORT__BATCH_MAX_SECONDS": "1",
+            "FABRICD_TRANSPORT__TIMEOUT_SECONDS": "2",
+            "FABRICD_TRANSPORT__BACKOFF_INITIAL_SECONDS": "0.2",
+            "FABRICD_TRANSPORT__BACKOFF_MAX_SECONDS": "1",
+            "FABRICD_SPOOL__DRAIN_BATCHES_PER_SECOND": "20",
+            **env,
+        }
+        args = [
+            "agent",
+            "--central",
+            central.url,
+            "--node",
+            node,
+            "--sysfs-root",
+            str(sysfs),
+            "--interval",
+            str(INTERVAL),
+            "--data-dir",
+            str(self.data),
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
+        ]
         super().__init__(args, root / f"agent-{node}.log", settings)
 
     @property
@@ -283,8 +312,10 @@ def test_a_full_spool_drops_the_oldest_keeps_running_and_recovers(tmp_path: Path
     agent = Agent(tmp_path, central, FABRICD_SPOOL__MAX_BYTES="6000")
     procs += [central, agent]
     agent.start()
-    wait_for("batches dropped for a full spool",
-             lambda: agent.metric("fabricd_agent_batches_dropped_total", reason="spool_full") >= 2)  # fmt: skip
+    wait_for(
+        "batches dropped for a full spool",
+        lambda: agent.metric("fabricd_agent_batches_dropped_total", reason="spool_full") >= 2,
+    )
     assert agent.alive()
     assert agent.metric("fabricd_agent_spool_bytes") <= 6000
     early = min(set().union(*agent.spooled_timestamps().values()))

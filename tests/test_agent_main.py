@@ -52,11 +52,26 @@ async def _agent(tmp_path: Path, central: str, metrics_port: int) -> asyncio.sub
     # The batch window is long, so only the SIGTERM flush can deliver what was scraped.
     env = dict(os.environ, FABRICD_TRANSPORT__BATCH_MAX_SECONDS="600", FABRICD_TRANSPORT__TIMEOUT_SECONDS="2")
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "fabricd", "agent", "--central", central, "--node", "node-7",
-        "--sysfs-root", str(sysfs), "--interval", "0.3", "--data-dir", str(tmp_path / "data"),
-        "--metrics-listen", f"127.0.0.1:{metrics_port}", cwd=REPO, env=env,
+        sys.executable,
+        "-m",
+        "fabricd",
+        "agent",
+        "--central",
+        central,
+        "--node",
+        "node-7",
+        "--sysfs-root",
+        str(sysfs),
+        "--interval",
+        "0.3",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--metrics-listen",
+        f"127.0.0.1:{metrics_port}",
+        cwd=REPO,
+        env=env,
         stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
 
 
 async def _metrics_once_rates_exist(port: int) -> str:
@@ -102,9 +117,14 @@ async def test_sigterm_sends_the_pending_batch_and_exits_0(tmp_path: Path) -> No
     assert "fabricd_agent_batches_sent_total 0.0" in metrics
     assert 'fabricd_collector_success{collector="infiniband"} 1.0' in metrics
     assert 'node="node-7"' in metrics and "fabricd_infiniband_" in metrics
-    lint = await asyncio.create_subprocess_exec(need_binary("promtool"), "check", "metrics",
-                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+    lint = await asyncio.create_subprocess_exec(
+        need_binary("promtool"),
+        "check",
+        "metrics",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await lint.communicate(metrics.encode())
     assert lint.returncode == 0, out.decode()  # promtool's lint: names, suffixes, help texts
 

@@ -23,10 +23,20 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\nHow to read the table.\n\n<!-- bench:start -->\nan older table\n")
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--smoke", "--results", str(tmp_path / "res"),
-         "--docs", str(docs)],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(REPO / "bench" / "run.py"),
+            "--smoke",
+            "--results",
+            str(tmp_path / "res"),
+            "--docs",
+            str(docs),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "res" / "latest.json").read_text())
     assert result["machine"]["mode"] == "smoke" and int(result["machine"]["cores"]) >= 1
@@ -58,6 +68,10 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
 
 
 def test_an_unknown_section_is_named() -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "run.py"), "--only", "scrape,ingset"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "run.py"), "--only", "scrape,ingset"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "unknown section(s) ingset" in proc.stderr

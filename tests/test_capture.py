@@ -63,8 +63,14 @@ class ListSource:
 
 
 def _collector(source: ListSource, **options: object) -> CaptureCollector:
-    collector = build("capture", {"interface": "eth9", **options}, node="n1", sysfs_root=Path("/sys"),
-                      registry=REGISTRY, factories={"capture": lambda _iface: source})
+    collector = build(
+        "capture",
+        {"interface": "eth9", **options},
+        node="n1",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
+        factories={"capture": lambda _iface: source},
+    )
     assert isinstance(collector, CaptureCollector)
     return collector
 

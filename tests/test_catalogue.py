@@ -55,8 +55,9 @@ def assert_catalogued(text: str) -> set[str]:
         assert spec is not None, f"{name} is emitted but not in fabricd.catalogue"
         assert spec.type == mtype, f"{name}: emitted as {mtype}, catalogued as {spec.type}"
         assert set(spec.labels) <= labels, f"{name}: missing labels {set(spec.labels) - labels}"
-        assert labels <= set(spec.labels) | set(spec.optional), f"{name}: uncatalogued labels " \
-            f"{labels - set(spec.labels) - set(spec.optional)}"
+        assert labels <= set(spec.labels) | set(spec.optional), (
+            f"{name}: uncatalogued labels {labels - set(spec.labels) - set(spec.optional)}"
+        )
         seen.add(spec.name)
     return seen
 
@@ -67,10 +68,16 @@ def test_every_emitted_family_is_catalogued_with_its_type_and_labels(emitted: di
         assert samples, f"the {source} collector produced nothing on its fixtures"
         covered |= assert_catalogued(render(samples, NODE).decode())
     # The signals rules and dashboards rely on are among what the real collectors produced.
-    for name in ("fabricd_derived_ecn_marked_ratio", "fabricd_derived_rx_pause_ratio",
-                 "fabricd_infiniband_port_transmit_wait_ticks_per_second", "fabricd_saturated_since_timestamp_seconds",
-                 "fabricd_ethtool_tx_pause_storm_error_events_per_second", "fabricd_pingmesh_rtt_p99_seconds",
-                 "fabricd_nccl_busbw_bytes_per_second", "fabricd_netlink_qdisc_drops_per_second"):  # fmt: skip
+    for name in (
+        "fabricd_derived_ecn_marked_ratio",
+        "fabricd_derived_rx_pause_ratio",
+        "fabricd_infiniband_port_transmit_wait_ticks_per_second",
+        "fabricd_saturated_since_timestamp_seconds",
+        "fabricd_ethtool_tx_pause_storm_error_events_per_second",
+        "fabricd_pingmesh_rtt_p99_seconds",
+        "fabricd_nccl_busbw_bytes_per_second",
+        "fabricd_netlink_qdisc_drops_per_second",
+    ):
         assert name in covered
 
 
@@ -97,8 +104,9 @@ def test_promtool_check_metrics_is_clean(emitted: dict[str, list[Sample]], tmp_p
     registry.register(Fleet([]))
     text = generate_latest(registry)
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
-    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
-        (result.stdout + result.stderr).decode()[:3000]
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), (
+        result.stdout + result.stderr
+    ).decode()[:3000]
     assert not budget.refused, "nothing from real collectors should be refused"
 
 
@@ -113,8 +121,17 @@ def test_catalogue_rows_are_well_formed() -> None:
 
 
 def _port_sample(i: int, label: str = "") -> Sample:
-    r = Reading("infiniband", f"mlx5_{i}", "1", "port_xmit_wait", 10.0 * i, "ticks", Kind.COUNTER,
-                (("cable", label),) if label else (), "port_transmit_wait")  # fmt: skip
+    r = Reading(
+        "infiniband",
+        f"mlx5_{i}",
+        "1",
+        "port_xmit_wait",
+        10.0 * i,
+        "ticks",
+        Kind.COUNTER,
+        (("cable", label),) if label else (),
+        "port_transmit_wait",
+    )
     return Sample(1.0, r, rate=1.0, status=Status.OK)
 
 
@@ -133,15 +150,18 @@ def test_cardinality_caps_refuse_and_count_series() -> None:
 def test_a_name_never_gets_two_types_and_a_series_never_appears_twice() -> None:
     counter = _port_sample(1)
     clash = Sample(2.0, Reading("infiniband", "mlx5_1", "1", "x", 5.0, "ticks", Kind.GAUGE, (), "port_transmit_wait"))
-    total = Sample(2.0, Reading("infiniband", "mlx5_1", "1", "y", 5.0, "", Kind.GAUGE, (),
-                                "port_transmit_wait_ticks_total"))  # fmt: skip
+    total = Sample(
+        2.0, Reading("infiniband", "mlx5_1", "1", "y", 5.0, "", Kind.GAUGE, (), "port_transmit_wait_ticks_total")
+    )
     budget = SeriesBudget()
     text = generate_latest(_registry([counter, counter, clash, total], budget)).decode()
     assert text.count("# TYPE fabricd_infiniband_port_transmit_wait_ticks_total counter") == 1
     assert text.count("fabricd_infiniband_port_transmit_wait_ticks_total{") == 1
     assert "# TYPE fabricd_infiniband_port_transmit_wait_ticks gauge" not in text
-    assert budget.refused == {("fabricd_infiniband_port_transmit_wait_ticks", "type_conflict"): 1,
-                              ("fabricd_infiniband_port_transmit_wait_ticks_total", "type_conflict"): 1}
+    assert budget.refused == {
+        ("fabricd_infiniband_port_transmit_wait_ticks", "type_conflict"): 1,
+        ("fabricd_infiniband_port_transmit_wait_ticks_total", "type_conflict"): 1,
+    }
 
 
 def _registry(samples: list[Sample], budget: SeriesBudget) -> CollectorRegistry:

@@ -14,8 +14,9 @@ TREE = CASES / "infiniband" / "gpud-h100" / "sys"
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fabricd", "collect", *args], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "fabricd", "collect", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_count_100_back_to_back_with_no_output_for_benchmarks() -> None:

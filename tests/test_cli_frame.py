@@ -51,8 +51,11 @@ def test_each_subcommand_help_describes_real_options(path: str, capsys: pytest.C
     assert sub.description, f"fabricd {path} has no description"
     documented = [a for a in sub._actions if a.help and a.help != argparse.SUPPRESS and a.dest != "help"]
     assert documented or _children(sub), f"fabricd {path} has no documented options or arguments"
-    undocumented = [a.dest for a in sub._actions if not a.help and a.dest != "help"
-                    and not isinstance(a, argparse._SubParsersAction)]  # fmt: skip
+    undocumented = [
+        a.dest
+        for a in sub._actions
+        if not a.help and a.dest != "help" and not isinstance(a, argparse._SubParsersAction)
+    ]
     assert not undocumented, f"fabricd {path}: options without help: {undocumented}"
     for action in documented:
         flag = action.option_strings[-1] if action.option_strings else (action.metavar or action.dest)
@@ -62,8 +65,9 @@ def test_each_subcommand_help_describes_real_options(path: str, capsys: pytest.C
 def test_bad_config_key_exits_2_naming_key_and_file(tmp_path: Path) -> None:
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("interval_seconds: -5\nspool:\n  max_bytes: lots\n")
-    proc = subprocess.run([sys.executable, "-m", "fabricd", "collect", "--config", str(cfg)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "fabricd", "collect", "--config", str(cfg)], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert str(cfg) in proc.stderr
     assert "interval_seconds" in proc.stderr and "spool.max_bytes" in proc.stderr

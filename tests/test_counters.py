@@ -166,8 +166,22 @@ def _series(draw: st.DrawFn) -> list[tuple[float, list[Reading]]]:
         readings = []
         for i, ((width, sat), scale) in enumerate(specs):
             raw = draw(st.integers(0, 2**width - 1))
-            readings.append(Reading("x", "d", "1", f"c{i}", raw * scale, "bytes" if scale == 4 else "",
-                                    Kind.COUNTER, (), "", width, sat, scale))  # fmt: skip
+            readings.append(
+                Reading(
+                    "x",
+                    "d",
+                    "1",
+                    f"c{i}",
+                    raw * scale,
+                    "bytes" if scale == 4 else "",
+                    Kind.COUNTER,
+                    (),
+                    "",
+                    width,
+                    sat,
+                    scale,
+                )
+            )
         scrapes.append((ts, readings))
     return scrapes
 
@@ -192,10 +206,19 @@ def test_real_capture_shows_saturated_error_counters() -> None:
     c = InfinibandCollector(CollectorContext(node="n1", sysfs_root=sys_root))
     engine = RateEngine()
     engine.update(1.0, c.scrape())
-    saturated = {(s.reading.device, s.reading.counter) for s in engine.update(2.0, c.scrape())
-                 if s.status is Status.SATURATED}  # fmt: skip
+    saturated = {
+        (s.reading.device, s.reading.counter) for s in engine.update(2.0, c.scrape()) if s.status is Status.SATURATED
+    }
     assert ("mlx5_1", "link_downed") in saturated
     assert {d for d, c in saturated if c == "excessive_buffer_overrun_errors"} == {
-        "mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_bond_0",
-    }  # fmt: skip
+        "mlx5_0",
+        "mlx5_1",
+        "mlx5_4",
+        "mlx5_5",
+        "mlx5_6",
+        "mlx5_7",
+        "mlx5_8",
+        "mlx5_9",
+        "mlx5_bond_0",
+    }
     assert len(saturated) == 10

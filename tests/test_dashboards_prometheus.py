@@ -37,17 +37,35 @@ pytestmark = [pytest.mark.binaries, pytest.mark.slow]
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))
 NODES = 4
 SCENARIO = {
-    "name": "dashboards", "seed": 11, "duration": "2h", "interval": "1s",
+    "name": "dashboards",
+    "seed": 11,
+    "duration": "2h",
+    "interval": "1s",
     "topology": {"nodes": NODES, "hcas_per_node": 1, "nodes_per_leaf": 2, "spines": 1, "link_layer": "roce"},
-    "workload": {"kind": "allreduce", "load": 0.6, "probe_peers": 3, "probe_rate": 10, "nccl_every": 5,
-                 "nccl_sizes": 3},
-    "faults": [{"kind": "congestion", "at": "leaf-01~spine-01", "start": "0s", "end": "2h", "severity": 0.6},
-               {"kind": "pfc_storm", "at": "node-004/mlx5_0", "start": "0s", "end": "2h", "severity": 0.8}],
-}  # fmt: skip
+    "workload": {
+        "kind": "allreduce",
+        "load": 0.6,
+        "probe_peers": 3,
+        "probe_rate": 10,
+        "nccl_every": 5,
+        "nccl_sizes": 3,
+    },
+    "faults": [
+        {"kind": "congestion", "at": "leaf-01~spine-01", "start": "0s", "end": "2h", "severity": 0.6},
+        {"kind": "pfc_storm", "at": "node-004/mlx5_0", "start": "0s", "end": "2h", "severity": 0.8},
+    ],
+}
 # Data every dashboard needs before its queries can be judged (each appears within a few scrapes).
-READY = ("fabricd_derived_ecn_marked_ratio", "fabricd_derived_rx_pause_ratio", "fabricd_pingmesh_rtt_p99_seconds",
-         "fabricd_nccl_busbw_bytes_per_second", "fabricd_agent_spool_bytes", "fabricd_collector_success",
-         "rate(fabricd_ingest_samples_total[1m])", "fabricd_derived_xmit_wait_lost_bytes_per_second")  # fmt: skip
+READY = (
+    "fabricd_derived_ecn_marked_ratio",
+    "fabricd_derived_rx_pause_ratio",
+    "fabricd_pingmesh_rtt_p99_seconds",
+    "fabricd_nccl_busbw_bytes_per_second",
+    "fabricd_agent_spool_bytes",
+    "fabricd_collector_success",
+    "rate(fabricd_ingest_samples_total[1m])",
+    "fabricd_derived_xmit_wait_lost_bytes_per_second",
+)
 VARIABLE = re.compile(r"\$(\w+)")
 
 
@@ -151,7 +169,7 @@ def _prometheus_config(central: str, agents: list[str]) -> dict[str, Any]:
             {"job_name": "fabricd", "static_configs": [{"targets": [central]}]},
             {"job_name": "fabricd-agent", "static_configs": [{"targets": agents}]},
         ],
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +185,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         procs.start("sim", [*python, "sim", str(scenario), "--out", str(sim)])
         central_port = free_port()
         central = f"127.0.0.1:{central_port}"
-        procs.start("server", [*python, "server", "--listen", central, "--data-dir", str(tmp / "central"),
-                               "--no-auth"])  # fmt: skip
+        procs.start("server", [*python, "server", "--listen", central, "--data-dir", str(tmp / "central"), "--no-auth"])
         nodes = [f"node-{i:03d}" for i in range(1, NODES + 1)]
         wait_until(lambda: all((sim / "agents" / f"{n}.yaml").exists() for n in nodes), 60, lambda: procs.log("sim"))
         wait_until(lambda: _ready(f"http://{central}/healthz"), 60, lambda: procs.log("server"))
@@ -176,15 +193,40 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         for node in nodes:
             listen = f"127.0.0.1:{free_port()}"
             agents.append(listen)
-            procs.start(f"agent-{node}", [*python, "agent", "--node", node, "--central", f"http://{central}",
-                                          "--sysfs-root", str(sim / "nodes" / node / "sys"), "--interval", "1",
-                                          "--data-dir", str(tmp / node), "--metrics-listen", listen,
-                                          "--config", str(_agent_config(sim, node, tmp))])  # fmt: skip
+            procs.start(
+                f"agent-{node}",
+                [
+                    *python,
+                    "agent",
+                    "--node",
+                    node,
+                    "--central",
+                    f"http://{central}",
+                    "--sysfs-root",
+                    str(sim / "nodes" / node / "sys"),
+                    "--interval",
+                    "1",
+                    "--data-dir",
+                    str(tmp / node),
+                    "--metrics-listen",
+                    listen,
+                    "--config",
+                    str(_agent_config(sim, node, tmp)),
+                ],
+            )
         config = tmp / "prometheus.yml"
         config.write_text(yaml.safe_dump(_prometheus_config(central, agents)))
         prom = f"127.0.0.1:{free_port()}"
-        procs.start("prometheus", [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                                   f"--web.listen-address={prom}", "--log.level=warn"])  # fmt: skip
+        procs.start(
+            "prometheus",
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address={prom}",
+                "--log.level=warn",
+            ],
+        )
         wait_until(lambda: _ready(f"http://{prom}/-/ready"), 60, lambda: procs.log("prometheus"))
         s = Stack(f"http://{prom}", central, agents, procs)
         wait_until(lambda: _all_ready(s), 150, lambda: _missing(s))
@@ -287,8 +329,9 @@ def test_dashboard_metrics_are_catalogued() -> None:
 
 
 def test_committed_dashboards_match_the_generator(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, str(REPO / "grafana" / "generate.py"), "--check"], capture_output=True,
-                            text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(REPO / "grafana" / "generate.py"), "--check"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     names = {p.stem for p in DASHBOARDS}
     assert names == {"fabric-overview", "port-drilldown", "pingmesh", "nccl-tests", "agent-health"}

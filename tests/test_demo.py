@@ -58,16 +58,31 @@ def test_demo_shows_metrics_then_an_incident_and_stops_cleanly(tmp_path: Path) -
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "demo.log").open("w")
-    demo = subprocess.Popen([sys.executable, "-m", "fabricd", "demo", "--listen", f"127.0.0.1:{port}",
-                             "--data-dir", str(tmp_path / "demo"), "--duration", "400"],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fabricd",
+            "demo",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path / "demo"),
+            "--duration",
+            "400",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     started = time.monotonic()
     children: list[int] = []
     try:
+
         def port_counter() -> bool:
             text = httpx.get(f"{url}/metrics", timeout=10).text
-            return any(line.startswith("fabricd_infiniband_port_") and 'node="node-' in line
-                       for line in text.splitlines())  # fmt: skip
+            return any(
+                line.startswith("fabricd_infiniband_port_") and 'node="node-' in line for line in text.splitlines()
+            )
 
         _poll("a fabricd_ port counter on /metrics", 30, port_counter)
         assert httpx.get(f"{url}/healthz", timeout=5).json()["status"] == "ok"
@@ -88,8 +103,11 @@ def test_demo_shows_metrics_then_an_incident_and_stops_cleanly(tmp_path: Path) -
         demo.send_signal(signal.SIGINT)  # what Ctrl-C does
         assert demo.wait(timeout=30) == 0
         time.sleep(0.5)
-        alive = [pid for pid in children if Path(f"/proc/{pid}").exists()
-                 and "(Z" not in Path(f"/proc/{pid}/stat").read_text()]  # fmt: skip
+        alive = [
+            pid
+            for pid in children
+            if Path(f"/proc/{pid}").exists() and "(Z" not in Path(f"/proc/{pid}/stat").read_text()
+        ]
         assert alive == [], "every process the demo started is gone"
         assert "fabricd demo stopped." in (tmp_path / "demo.log").read_text()
     finally:

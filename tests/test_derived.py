@@ -24,8 +24,17 @@ def ib(counter: str, value: float, port: str = "1", *, width: int = 64, scale: f
 
 
 def pause(direction: str, priority: str, seconds: float) -> Reading:
-    return Reading("ethtool", "eth0", "", f"{direction}_prio{priority}_pause_duration", seconds, "seconds",
-                   Kind.COUNTER, labels_of({"priority": priority}), f"{direction}_pause_duration")  # fmt: skip
+    return Reading(
+        "ethtool",
+        "eth0",
+        "",
+        f"{direction}_prio{priority}_pause_duration",
+        seconds,
+        "seconds",
+        Kind.COUNTER,
+        labels_of({"priority": priority}),
+        f"{direction}_pause_duration",
+    )
 
 
 def derived_after(before: list[Reading], after: list[Reading], dt: float = 1.0) -> dict[tuple[str, str, str], float]:
@@ -108,24 +117,33 @@ def nccl(counter: str, value: float, op: str = "all_reduce", **labels: str) -> R
 
 
 def ib_port(device: str, rate: float, *, state: float = 4.0, layer: str = "InfiniBand") -> list[Reading]:
-    return [Reading("infiniband", device, "1", "rate", rate, "bytes_per_second", Kind.GAUGE, (), "link_rate", 0),
-            Reading("infiniband", device, "1", "state", state, "", Kind.GAUGE, (), "port_state", 0),
-            Reading("infiniband", device, "1", "port_info", 1.0, "", Kind.INFO,
-                    labels_of({"link_layer": layer}), "port_info", 0)]  # fmt: skip
+    return [
+        Reading("infiniband", device, "1", "rate", rate, "bytes_per_second", Kind.GAUGE, (), "link_rate", 0),
+        Reading("infiniband", device, "1", "state", state, "", Kind.GAUGE, (), "port_state", 0),
+        Reading(
+            "infiniband", device, "1", "port_info", 1.0, "", Kind.INFO, labels_of({"link_layer": layer}), "port_info", 0
+        ),
+    ]
 
 
 def one_scrape(readings: list[Reading]) -> dict[tuple[str, str], float]:
     out = derive(RateEngine().update(100.0, readings))
-    return {(s.reading.device, dict(s.reading.labels)["size"]): s.reading.value
-            for s in out if s.reading.counter == "nccl_efficiency"}  # fmt: skip
+    return {
+        (s.reading.device, dict(s.reading.labels)["size"]): s.reading.value
+        for s in out
+        if s.reading.counter == "nccl_efficiency"
+    }
 
 
 def a_run(busbw: float, *, nodes: float = 2, ranks: float = 16) -> list[Reading]:
     """A 2 x 8-GPU all_reduce: a mid-size row, in-place rows, and 8 GiB out of place."""
-    return [nccl("busbw", 1e9, size=str(2**20), placement="out_of_place"),
-            nccl("busbw", 9e11, size=str(GIB8), placement="in_place"),
-            nccl("busbw", busbw, size=str(GIB8), placement="out_of_place"),
-            nccl("nodes", nodes), nccl("ranks", ranks)]  # fmt: skip
+    return [
+        nccl("busbw", 1e9, size=str(2**20), placement="out_of_place"),
+        nccl("busbw", 9e11, size=str(GIB8), placement="in_place"),
+        nccl("busbw", busbw, size=str(GIB8), placement="out_of_place"),
+        nccl("nodes", nodes),
+        nccl("ranks", ranks),
+    ]
 
 
 NDR = 400 * 125_000_000.0  # "400 Gb/sec (4X NDR)" in bytes/s

@@ -59,8 +59,12 @@ def test_busy_healthy_link_raises_nothing() -> None:
 
     def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
         data = 0.97 * 50e9  # 97 % of 400 Gb/s, a trickle of marks, a little XmitWait: busy, not congested
-        return {"port_xmit_data": data, "port_rcv_data": data, "np_ecn_marked_roce_packets": data / 4096 * 0.002,
-                "port_xmit_wait": 0.01 * 50e9 / 8}  # fmt: skip
+        return {
+            "port_xmit_data": data,
+            "port_rcv_data": data,
+            "np_ecn_marked_roce_packets": data / 4096 * 0.002,
+            "port_xmit_wait": 0.01 * 50e9 / 8,
+        }
 
     assert replay(engine(), c.rounds(40, port=port)) == []
 

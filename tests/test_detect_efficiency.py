@@ -27,8 +27,7 @@ def run_efficiencies(c: Cluster, low: set[str], runs: range, value: float = 0.4)
     def extra(ts: float, node: str) -> list[Sample]:
         k = int((ts - c.start) // c.interval)
         v = value if node in low and k in runs else HEALTHY
-        return [gauge(ts, "derived", "all_reduce", "nccl_efficiency", v, labels={"size": SIZE},
-                      name="nccl_efficiency")]  # fmt: skip
+        return [gauge(ts, "derived", "all_reduce", "nccl_efficiency", v, labels={"size": SIZE}, name="nccl_efficiency")]
 
     return replay(engine(), c.rounds(30, extra=extra))
 
@@ -74,8 +73,7 @@ def test_low_efficiency_and_slow_times_are_one_straggler() -> None:
     def extra(ts: float, node: str) -> list[Sample]:
         k = int((ts - c.start) // c.interval)
         v = 0.45 if node == "node-004" and 10 <= k < 25 else HEALTHY
-        return [gauge(ts, "derived", "all_reduce", "nccl_efficiency", v, labels={"size": SIZE},
-                      name="nccl_efficiency")]  # fmt: skip
+        return [gauge(ts, "derived", "all_reduce", "nccl_efficiency", v, labels={"size": SIZE}, name="nccl_efficiency")]
 
     found = opened(replay(engine(), c.rounds(30, nccl=nccl, extra=extra)))
     assert {(i.key, i.kind, i.element) for i in found} == {("straggler:node-004", IncidentKind.STRAGGLER, "node-004")}

@@ -30,8 +30,12 @@ def test_a_simulated_hour_gives_the_same_incidents_at_the_same_event_times_every
         c = Cluster(NODES, hcas=2, start=start)
         e = DetectionEngine()
         e.set_topology(TOPO)
-        runs.append([(i.key, i.state, i.started_ts - start, i.updated_ts - start)
-                     for i in replay(e, c.rounds(360, port=faulty(c)))])  # fmt: skip
+        runs.append(
+            [
+                (i.key, i.state, i.started_ts - start, i.updated_ts - start)
+                for i in replay(e, c.rounds(360, port=faulty(c)))
+            ]
+        )
     assert runs[0] == runs[1]
     assert runs[0][0] == ("packet_loss:node-002/mlx5_1~leaf-01", IncidentState.OPEN, 1000.0, 1010.0)
     assert runs[0][-1][1] is IncidentState.RESOLVED
@@ -41,8 +45,11 @@ def test_the_detectors_never_read_the_wall_clock() -> None:
     for path in DETECT.glob("*.py"):
         tree = ast.parse(path.read_text())
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        attrs = {f"{n.value.id}.{n.attr}" for n in ast.walk(tree)
-                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}  # fmt: skip
+        attrs = {
+            f"{n.value.id}.{n.attr}"
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        }
         assert "time" not in names and not {"time.time", "time.monotonic", "datetime.now"} & attrs, path.name
 
 

@@ -24,8 +24,9 @@ def step(ts: float, c: Cluster) -> int:
     return int((ts - c.start) // c.interval)
 
 
-def pauses(c: Cluster, table: Mapping[tuple[str, str], tuple[float, float]], first: int = 10,
-           last: int = 30) -> Callable[[float, str], list[Sample]]:
+def pauses(
+    c: Cluster, table: Mapping[tuple[str, str], tuple[float, float]], first: int = 10, last: int = 30
+) -> Callable[[float, str], list[Sample]]:
     """ethtool pause durations per interface (eth0 = mlx5_0, eth1 = mlx5_1): (rx, tx) fractions."""
 
     def extra(ts: float, node: str) -> list[Sample]:
@@ -93,8 +94,11 @@ def test_ib_hol_without_pause_counters_blames_the_receiver_its_stalled_neighbour
 
     def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
         incast = 10 <= step(ts, c) < 30 and node == "node-007" and hca == "mlx5_0"
-        return {"np_ecn_marked_roce_packets": 0.0, "port_xmit_wait": None,
-                "port_rcv_data": 0.97 * 50e9 if incast else 0.6 * 50e9}  # fmt: skip
+        return {
+            "np_ecn_marked_roce_packets": 0.0,
+            "port_xmit_wait": None,
+            "port_rcv_data": 0.97 * 50e9 if incast else 0.6 * 50e9,
+        }
 
     def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
         return (0.0, 350e-6 if 10 <= step(ts, c) < 30 and {src, dst} & stalled else 20e-6)

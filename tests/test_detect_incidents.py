@@ -11,8 +11,16 @@ LC = Lifecycle(quiet_seconds=60, reopen_seconds=300, flap_count=3, flap_window_s
 
 def prop(ts: float, node: str = "node-001", severity: Severity = Severity.WARNING) -> Proposal:
     ev = Evidence("ecn_marked_fraction", node, "mlx5_0", "1", 0.12, 0.02, ts)
-    return Proposal(IncidentKind.CONGESTION, "leaf-01~spine-01", [Candidate("leaf-01~spine-01", 0.9)], [node], [ev],
-                    severity, 1000.0, "leaf-01~spine-01 is congested")  # fmt: skip
+    return Proposal(
+        IncidentKind.CONGESTION,
+        "leaf-01~spine-01",
+        [Candidate("leaf-01~spine-01", 0.9)],
+        [node],
+        [ev],
+        severity,
+        1000.0,
+        "leaf-01~spine-01 is congested",
+    )
 
 
 def test_many_symptoms_of_one_root_cause_make_one_incident() -> None:

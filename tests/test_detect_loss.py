@@ -28,7 +28,9 @@ def step(ts: float, c: Cluster) -> int:
 
 
 def opened(changes: list[Incident]) -> list[tuple[IncidentKind, str]]:
-    return [(i.kind, i.element) for i in changes if i.state is IncidentState.OPEN and i.timeline[-1][1].startswith("opened")]
+    return [
+        (i.kind, i.element) for i in changes if i.state is IncidentState.OPEN and i.timeline[-1][1].startswith("opened")
+    ]
 
 
 def test_symbol_errors_blame_the_host_link() -> None:

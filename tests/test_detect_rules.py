@@ -28,14 +28,20 @@ def test_every_shipped_rule_explains_its_threshold_in_a_comment() -> None:
 @pytest.mark.parametrize(
     ("body", "key"),
     [
-        ("rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: 'about 5'}\n",
-         "rules[0].condition"),
+        (
+            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: 'about 5'}\n",
+            "rules[0].condition",
+        ),
         ("rules:\n  - {name: a, kind: congestion, signal: nope, condition: '> 1'}\n", "rules[0].signal"),
         ("rules:\n  - {name: a, kind: slowness, signal: ecn_marked_fraction, condition: '> 1'}\n", "rules[0].kind"),
-        ("rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '> 1', for: soon}\n",
-         "rules[0].for"),
-        ("rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '> 1', tresh: 2}\n",
-         "rules[0].tresh"),
+        (
+            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '> 1', for: soon}\n",
+            "rules[0].for",
+        ),
+        (
+            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '> 1', tresh: 2}\n",
+            "rules[0].tresh",
+        ),
         ("rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction}\n", "rules[0].condition"),
         ("lifecycle: {quiet: never}\n", "lifecycle.quiet"),
         ("lifecycle: {flap_count: 0}\n", "lifecycle.flap_count"),

@@ -58,8 +58,12 @@ async def case_result(case: Path, tmp_path: Path) -> dict[str, Any]:
         return {"kind": kind, "interface": ifname, "error": str(exc)}
     (tmp_path / f"{ifname}.txt").write_text(text)  # through the file source, as the simulator feeds it
     readings = await collector(stats_dir=tmp_path).collect()
-    return {"kind": kind, "interface": ifname, "parsed_statistics": len(parsed),
-            "readings": [r.to_json() for r in readings]}  # fmt: skip
+    return {
+        "kind": kind,
+        "interface": ifname,
+        "parsed_statistics": len(parsed),
+        "readings": [r.to_json() for r in readings],
+    }
 
 
 @pytest.mark.parametrize("case", ETHTOOL_CASES, ids=[p.name for p in ETHTOOL_CASES])
@@ -141,9 +145,12 @@ async def test_unmapped_and_queue_statistics_are_opt_in(tmp_path: Path) -> None:
 
 
 async def test_node_exporter_layout_with_driver_settings_and_a_failing_bond(tmp_path: Path) -> None:
-    for case, target in [("node_exporter_eth0_statistics", "eth0/statistics"), ("node_exporter_eth0_driver", "eth0/driver"),
-                         ("node_exporter_eth0_settings", "eth0/settings"),
-                         ("node_exporter_bond0_statistics_error", "bond0/statistics")]:  # fmt: skip
+    for case, target in [
+        ("node_exporter_eth0_statistics", "eth0/statistics"),
+        ("node_exporter_eth0_driver", "eth0/driver"),
+        ("node_exporter_eth0_settings", "eth0/settings"),
+        ("node_exporter_bond0_statistics_error", "bond0/statistics"),
+    ]:
         (tmp_path / target).parent.mkdir(exist_ok=True)
         (tmp_path / target).write_bytes((CASES / "ethtool" / case / "input.txt").read_bytes())
     readings = await collector(stats_dir=tmp_path, include_unmapped=True).collect()

@@ -29,10 +29,17 @@ def _incident(kind: IncidentKind, element: str, ts: float) -> Incident:
 
 
 def _truth(**over: object) -> Truth:
-    base: dict[str, object] = {"index": 0, "kind": "congestion", "element": "leaf-01~spine-01", "severity": 0.5,
-                               "start_ts": 100.0, "end_ts": 400.0, "symptom_ts": 110.0,
-                               "correct": ("leaf-01~spine-01",),
-                               "scope": ("leaf-01~spine-01", "node-001", "node-001/mlx5_0")}  # fmt: skip
+    base: dict[str, object] = {
+        "index": 0,
+        "kind": "congestion",
+        "element": "leaf-01~spine-01",
+        "severity": 0.5,
+        "start_ts": 100.0,
+        "end_ts": 400.0,
+        "symptom_ts": 110.0,
+        "correct": ("leaf-01~spine-01",),
+        "scope": ("leaf-01~spine-01", "node-001", "node-001/mlx5_0"),
+    }
     base.update(over)
     return Truth(**base)  # type: ignore[arg-type]
 
@@ -74,21 +81,35 @@ def test_every_shipped_scenario_meets_the_detection_targets(report: dict[str, ob
     problems = []
     for name, s in scenarios.items():
         mine = [f for f in faults if f["scenario"] == name]
-        late = [f"{f['kind']}@{f['element']} late ({f['time_to_detect_seconds']}s)" for f in mine
-                if f["detected"] and not f["on_time"]]  # fmt: skip
+        late = [
+            f"{f['kind']}@{f['element']} late ({f['time_to_detect_seconds']}s)"
+            for f in mine
+            if f["detected"] and not f["on_time"]
+        ]
         missed = [f"{f['kind']}@{f['element']} missed" for f in mine if not f["detected"]]
         wrong = [f"{f['kind']}@{f['element']} blamed {f['blamed']}" for f in mine if f["detected"] and not f["correct"]]
         fps = [f"FP {p['kind']}@{p['element']}" for p in s["false_positive_incidents"]]
-        if (s["recall"] < TARGET_RECALL or s["precision"] < TARGET_PRECISION
-                or s["localization_top1"] < TARGET_TOP1 or late):  # fmt: skip
-            problems.append(f"{name}: recall {s['recall']:.2f} precision {s['precision']:.2f} "
-                            f"top1 {s['localization_top1']:.2f}; " + "; ".join(missed + wrong + late + fps))  # fmt: skip
+        if (
+            s["recall"] < TARGET_RECALL
+            or s["precision"] < TARGET_PRECISION
+            or s["localization_top1"] < TARGET_TOP1
+            or late
+        ):
+            problems.append(
+                f"{name}: recall {s['recall']:.2f} precision {s['precision']:.2f} "
+                f"top1 {s['localization_top1']:.2f}; " + "; ".join(missed + wrong + late + fps)
+            )
     assert not problems, "\n".join(problems)
 
 
 def test_eval_json_has_the_documented_keys() -> None:
-    out = subprocess.run([sys.executable, "-m", "fabricd", "eval", "straggler-ib", "--json"],
-                         capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "fabricd", "eval", "straggler-ib", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     doc = json.loads(out.stdout)
     assert {"recall", "precision", "localization_top1", "false_positives", "faults"} <= set(doc)
     (fault,) = doc["faults"]
@@ -101,13 +122,23 @@ def test_eval_json_has_the_documented_keys() -> None:
 def test_the_256_node_hour_meets_the_targets_too() -> None:
     """``large`` is the benchmark scenario (``make bench`` times it, nothing here does): its five
     overlapping faults are held to the same targets as the other shipped scenarios."""
-    out = subprocess.run([sys.executable, "-m", "fabricd", "eval", "large", "--json"],
-                         capture_output=True, text=True, check=True, timeout=900)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "fabricd", "eval", "large", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
     doc = json.loads(out.stdout)
     large = doc["scenarios"]["large"]
     assert large["scrapes"] == 121 and large["samples"] > 3_000_000
     assert doc["recall"] >= TARGET_RECALL and doc["precision"] >= TARGET_PRECISION, doc["faults"]
     assert doc["localization_top1"] >= TARGET_TOP1 and doc["on_time"] == 1.0, doc["faults"]
     assert doc["false_positives"] == 0, large["false_positive_incidents"]
-    assert sorted(f["kind"] for f in doc["faults"]) == ["congestion", "hol_blocking", "link_flap", "lossy_link",
-                                                        "straggler"]  # fmt: skip
+    assert sorted(f["kind"] for f in doc["faults"]) == [
+        "congestion",
+        "hol_blocking",
+        "link_flap",
+        "lossy_link",
+        "straggler",
+    ]

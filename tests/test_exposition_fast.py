@@ -51,8 +51,10 @@ def _fast(text: FleetText, rows: Rows) -> str:
 
 def _parsed(text: str) -> list[tuple[str, str, str, list[tuple[str, tuple[tuple[str, str], ...], str]]]]:
     """(name, type, HELP, samples) per family; values by repr so NaN compares equal to NaN."""
-    return [(f.name, f.type, f.documentation, [(s.name, tuple(sorted(s.labels.items())), repr(s.value))
-                                               for s in f.samples]) for f in text_string_to_metric_families(text)]  # fmt: skip
+    return [
+        (f.name, f.type, f.documentation, [(s.name, tuple(sorted(s.labels.items())), repr(s.value)) for s in f.samples])
+        for f in text_string_to_metric_families(text)
+    ]
 
 
 def _assert_same(rows: Rows, limits: Limits = Limits()) -> FleetText:
@@ -77,15 +79,34 @@ def test_real_collector_output_renders_as_prometheus_client_does(emitted: dict[s
     _assert_same(rows)
 
 
-def _reading(counter: str, value: float, kind: Kind = Kind.COUNTER, labels: tuple[tuple[str, str], ...] = (),
-             device: str = "mlx5_0") -> Reading:  # fmt: skip
+def _reading(
+    counter: str,
+    value: float,
+    kind: Kind = Kind.COUNTER,
+    labels: tuple[tuple[str, str], ...] = (),
+    device: str = "mlx5_0",
+) -> Reading:
     return Reading("infiniband", device, "1", counter, value, "bytes", kind, labels, "")
 
 
 def test_escaping_float_formats_and_every_kind_match() -> None:
     nasty = (("cable", 'say "hi"\\ \n next'), ("ünï", "cödé"), ("detail", "free text is dropped"))
-    values = [0.0, -1.5, 1e-9, 3, 999999.5, 1e6, -1e6, 1234567.0, 12345678.0, 1.7e19, math.inf, -math.inf, math.nan,
-              2**64 - 1.0]  # fmt: skip
+    values = [
+        0.0,
+        -1.5,
+        1e-9,
+        3,
+        999999.5,
+        1e6,
+        -1e6,
+        1234567.0,
+        12345678.0,
+        1.7e19,
+        math.inf,
+        -math.inf,
+        math.nan,
+        2**64 - 1.0,
+    ]
     rows: Rows = [("n1", Sample(T0, _reading(f"c{i}", v, labels=nasty), rate=v)) for i, v in enumerate(values)]
     rows += [
         ("n1", Sample(T0, _reading("sat", 2**32 - 1.0), None, Status.SATURATED, since=T0 - 60)),

@@ -99,14 +99,19 @@ def receiver() -> Iterator[Receiver]:
 
 def incident(state: IncidentState = IncidentState.OPEN, severity: Severity = Severity.CRITICAL) -> Incident:
     return Incident(
-        key="congestion:leaf-02~spine-01", kind=IncidentKind.CONGESTION, severity=severity, state=state,
-        element="leaf-02~spine-01", summary="leaf-02 ~ spine-01 congested: ECN marks at 12% on 37 pairs",
-        started_ts=1_700_000_000.0, updated_ts=1_700_000_060.0,
+        key="congestion:leaf-02~spine-01",
+        kind=IncidentKind.CONGESTION,
+        severity=severity,
+        state=state,
+        element="leaf-02~spine-01",
+        summary="leaf-02 ~ spine-01 congested: ECN marks at 12% on 37 pairs",
+        started_ts=1_700_000_000.0,
+        updated_ts=1_700_000_060.0,
         resolved_ts=1_700_000_600.0 if state is IncidentState.RESOLVED else None,
         candidates=[Candidate("leaf-02~spine-01", 0.93), Candidate("leaf-02", 0.41)],
         affected=["node-017|node-033", "node-018|node-040"],
         evidence=[Evidence("ecn_marked_fraction", "node-033", "mlx5_0", "1", 0.12, 0.05, 1_700_000_050.0)],
-    )  # fmt: skip
+    )
 
 
 def hook(kind: str, url: str, **extra: Any) -> dict[str, Any]:
@@ -136,8 +141,9 @@ def test_config_errors_name_the_key() -> None:
 async def test_webhook_is_signed_and_retried_after_500(receiver: Receiver) -> None:
     receiver.statuses = [500, 503]
     registry = CollectorRegistry()
-    d = HookDispatcher(parse_hooks([hook("webhook", receiver.url + "/fabricd", secret=SECRET)]), base_url=BASE,
-                       registry=registry)  # fmt: skip
+    d = HookDispatcher(
+        parse_hooks([hook("webhook", receiver.url + "/fabricd", secret=SECRET)]), base_url=BASE, registry=registry
+    )
     await d.start()
     try:
         assert d.notify(incident(), 42)
@@ -154,8 +160,12 @@ async def test_webhook_is_signed_and_retried_after_500(receiver: Receiver) -> No
     body = got[-1].json()
     assert got[-1].headers[EVENT_HEADER] == body["event"] == "incident.opened"
     inc = body["incident"]
-    assert (inc["id"], inc["kind"], inc["severity"], inc["element"]) == ("42", "congestion", "critical",
-                                                                         "leaf-02~spine-01")  # fmt: skip
+    assert (inc["id"], inc["kind"], inc["severity"], inc["element"]) == (
+        "42",
+        "congestion",
+        "critical",
+        "leaf-02~spine-01",
+    )
     assert inc["report"] == f"{BASE}/api/v1/incidents/42/report"
     link = inc["evidence"][0]["link"]
     assert link.startswith(f"{BASE}/api/v1/series?node=node-033&device=mlx5_0&port=1&counter=ecn_marked_fraction")
@@ -177,8 +187,13 @@ async def test_one_notification_per_state_change(receiver: Receiver) -> None:
     finally:
         await d.stop()
     events = [(g.json()["incident"]["id"], g.json()["event"]) for g in receiver.received()]
-    assert events == [("7", "incident.opened"), ("7", "incident.acked"), ("7", "incident.resolved"),
-                      ("7", "incident.opened"), ("8", "incident.opened")]  # fmt: skip
+    assert events == [
+        ("7", "incident.opened"),
+        ("7", "incident.acked"),
+        ("7", "incident.resolved"),
+        ("7", "incident.opened"),
+        ("8", "incident.opened"),
+    ]
 
 
 async def test_client_error_is_not_retried_and_is_counted(receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
@@ -215,8 +230,9 @@ async def test_failing_hook_never_blocks_the_caller(caplog: pytest.LogCaptureFix
 
 
 async def test_slack_incoming_webhook_format(receiver: Receiver) -> None:
-    d = HookDispatcher(parse_hooks([hook("slack", receiver.url + "/services/T0/B0/X", channel="#fabric")]),
-                       base_url=BASE)  # fmt: skip
+    d = HookDispatcher(
+        parse_hooks([hook("slack", receiver.url + "/services/T0/B0/X", channel="#fabric")]), base_url=BASE
+    )
     await d.start()
     d.notify(incident(), 42)
     d.notify(incident(IncidentState.RESOLVED), 42)
@@ -228,22 +244,31 @@ async def test_slack_incoming_webhook_format(receiver: Receiver) -> None:
     att = opened["attachments"][0]
     assert att["title_link"] == f"{BASE}/api/v1/incidents/42/report"
     assert att["color"] == "#d62728"
-    assert {"title": "ecn_marked_fraction", "value": "0.12 (threshold 0.05) on node-033/mlx5_0/1",
-            "short": False} in att["fields"]  # fmt: skip
+    assert {
+        "title": "ecn_marked_fraction",
+        "value": "0.12 (threshold 0.05) on node-033/mlx5_0/1",
+        "short": False,
+    } in att["fields"]
     assert resolved["text"].startswith("[RESOLVED]") and resolved["attachments"][0]["color"] == "#2ca02c"
 
 
 async def test_test_endpoint_reports_outcome_per_hook(receiver: Receiver) -> None:
     receiver.statuses = [200, 404]
-    cfgs = parse_hooks([hook("webhook", receiver.url + "/ok", name="ok", secret=SECRET),
-                        hook("slack", receiver.url + "/gone", name="gone")])  # fmt: skip
+    cfgs = parse_hooks(
+        [
+            hook("webhook", receiver.url + "/ok", name="ok", secret=SECRET),
+            hook("slack", receiver.url + "/gone", name="gone"),
+        ]
+    )
     app = FastAPI()
     app.include_router(router())
     app.state.hooks = HookDispatcher(cfgs, base_url=BASE)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
         listed = (await client.get("/api/v1/hooks")).json()
-        assert listed == [{"name": "ok", "kind": "webhook", "target": receiver.url},
-                          {"name": "gone", "kind": "slack", "target": receiver.url}]  # fmt: skip
+        assert listed == [
+            {"name": "ok", "kind": "webhook", "target": receiver.url},
+            {"name": "gone", "kind": "slack", "target": receiver.url},
+        ]
         assert (await client.post("/api/v1/hooks/test")).json() == {"ok": "delivered", "gone": "failed"}
         assert (await client.post("/api/v1/hooks/nope/test")).status_code == 404
     await app.state.hooks.stop()

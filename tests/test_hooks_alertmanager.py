@@ -34,10 +34,15 @@ def free_port() -> int:
 
 def am_config(receiver_url: str) -> dict[str, Any]:
     return {
-        "route": {"receiver": "pager", "group_by": ["incident_id"], "group_wait": "0s",
-                  "group_interval": "1s", "repeat_interval": "1h"},
+        "route": {
+            "receiver": "pager",
+            "group_by": ["incident_id"],
+            "group_wait": "0s",
+            "group_interval": "1s",
+            "repeat_interval": "1h",
+        },
         "receivers": [{"name": "pager", "webhook_configs": [{"url": receiver_url, "send_resolved": True}]}],
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture
@@ -46,8 +51,14 @@ def alertmanager(tmp_path: Path, receiver: Receiver) -> Iterator[str]:  # noqa: 
     config = tmp_path / "alertmanager.yml"
     config.write_text(yaml.safe_dump(am_config(receiver.url + "/pager")))
     port = free_port()
-    cmd = [binary, f"--config.file={config}", f"--storage.path={tmp_path / 'am'}",
-           f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]  # fmt: skip
+    cmd = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.path={tmp_path / 'am'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+    ]
     with open(tmp_path / "am.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -97,9 +108,15 @@ async def test_incident_fires_is_repushed_and_resolves_in_alertmanager(alertmana
         d.notify(incident(IncidentState.OPEN, Severity.CRITICAL), "42")
         await d.drain()
         [alert] = await asyncio.to_thread(wait_for, lambda: our_alerts(alertmanager, "42"), 10, "alert not in AM")
-        assert alert["labels"] == {"alertname": "FabricdCongestion", "severity": "critical", "kind": "congestion",
-                                   "element": "leaf-02~spine-01", "incident_id": "42", "source": "fabricd",
-                                   "cluster": "lab"}  # fmt: skip
+        assert alert["labels"] == {
+            "alertname": "FabricdCongestion",
+            "severity": "critical",
+            "kind": "congestion",
+            "element": "leaf-02~spine-01",
+            "incident_id": "42",
+            "source": "fabricd",
+            "cluster": "lab",
+        }
         assert alert["status"]["state"] == "active"
         assert alert["annotations"]["report"] == f"{BASE}/api/v1/incidents/42/report"
         assert alert["startsAt"].startswith("2023-11-14T22:13:20")
@@ -107,8 +124,12 @@ async def test_incident_fires_is_repushed_and_resolves_in_alertmanager(alertmana
 
         # While open, fabricd keeps pushing, so Alertmanager's resolve_timeout never ends the alert.
         first = alert["updatedAt"]
-        await asyncio.to_thread(wait_for, lambda: our_alerts(alertmanager, "42")[0]["updatedAt"] != first, 10,
-                                "open alert was not re-pushed")  # fmt: skip
+        await asyncio.to_thread(
+            wait_for,
+            lambda: our_alerts(alertmanager, "42")[0]["updatedAt"] != first,
+            10,
+            "open alert was not re-pushed",
+        )
 
         d.notify(incident(IncidentState.RESOLVED), "42")
         await d.drain()

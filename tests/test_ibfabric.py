@@ -45,8 +45,10 @@ def case_result(case: Path) -> dict[str, Any]:
     if argv[0] == "perfquery":
         blocks = parse_perfquery(text)
         guid = argv[argv.index("-G") + 1]
-        return {"blocks": [asdict(b) for b in blocks],
-                "readings": readings_json([r for b in blocks for r in block_readings(guid, b, ())])}  # fmt: skip
+        return {
+            "blocks": [asdict(b) for b in blocks],
+            "readings": readings_json([r for b in blocks for r in block_readings(guid, b, ())]),
+        }
     if argv[0] == "ibnetdiscover":
         topo = from_ibnetdiscover(text)
         return {
@@ -56,8 +58,11 @@ def case_result(case: Path) -> dict[str, Any]:
         }
     if argv[0] == "ibstat":
         result = parse_ibstat(text)
-        return {"ports": [asdict(p) for p in result.ports], "errors": result.errors,
-                "readings": readings_json([r for p in result.ports for r in status_readings(p)])}  # fmt: skip
+        return {
+            "ports": [asdict(p) for p in result.ports],
+            "errors": result.errors,
+            "readings": readings_json([r for p in result.ports for r in status_readings(p)]),
+        }
     ports = parse_ibstatus(text)
     return {
         "ports": [asdict(p) for p in ports],
@@ -118,8 +123,14 @@ def test_ibnetdiscover_keeps_unconnected_ports_and_trims_descriptions() -> None:
 # --- the collector with real subprocesses ------------------------------------------------------
 
 
-def fake_tool(bin_dir: Path, name: str, replies: dict[str, Path], *, sleep: dict[str, float] | None = None,
-              log: Path | None = None) -> Path:  # fmt: skip
+def fake_tool(
+    bin_dir: Path,
+    name: str,
+    replies: dict[str, Path],
+    *,
+    sleep: dict[str, float] | None = None,
+    log: Path | None = None,
+) -> Path:
     """An executable ``name`` that answers the argument line ``$*`` with ``cat`` of a capture (and may
     sleep first); any other line fails the way the real tools do when a node does not answer."""
     lines = ["#!/bin/sh", f'echo start >> "{log}"' if log else ":", 'case "$*" in']
@@ -149,8 +160,11 @@ def make(bin_dir: Path, **options: Any) -> IbFabricCollector:
         "perfquery_command": [str(bin_dir / "perfquery"), "-x", "-l", "-G", "{guid}"],
         "perfquery_errors_command": [str(bin_dir / "perfquery"), "-E", "-G", "{guid}", "{port}"],
     }
-    ctx = CollectorContext("mgmt-01", options=IbFabricOptions(**{**defaults, **options}),
-                           factories={"ibfabric_runner": lambda _: SubprocessRunner()})  # fmt: skip
+    ctx = CollectorContext(
+        "mgmt-01",
+        options=IbFabricOptions(**{**defaults, **options}),
+        factories={"ibfabric_runner": lambda _: SubprocessRunner()},
+    )
     return IbFabricCollector(ctx)
 
 
@@ -229,8 +243,9 @@ async def test_local_ibstat_gives_port_state_even_when_ibstat_panics(tmp_path: P
 def test_commands_must_name_the_guid() -> None:
     registry = {"ibfabric": "collectors.ibfabric:IbFabricCollector"}
     with pytest.raises(CollectorConfigError, match=r"collectors\.ibfabric\.perfquery_command"):
-        build("ibfabric", {"perfquery_command": ["perfquery", "-x"]}, node="m", sysfs_root=Path("/sys"),
-              registry=registry)  # fmt: skip
+        build(
+            "ibfabric", {"perfquery_command": ["perfquery", "-x"]}, node="m", sysfs_root=Path("/sys"), registry=registry
+        )
 
 
 # --- the topology model ------------------------------------------------------------------------
@@ -256,9 +271,19 @@ def test_ibnetdiscover_topology_and_paths() -> None:
     topo = from_ibnetdiscover(text)
     assert topo.switches["ib-i1l1s01"].tier == "leaf" and topo.switches["ib-i1l2s01"].tier == "spine"
     assert topo.links["o0001/HCA-1~ib-i1l1s01"].ports == ((1, 10),)
-    assert topo.paths("o0001", "o0002") == [frozenset({
-        "o0001", "o0001/HCA-1", "o0001/HCA-1~ib-i1l1s01", "ib-i1l1s01",
-        "o0002", "o0002/HCA-1", "o0002/HCA-1~ib-i1l1s01"})]  # fmt: skip
+    assert topo.paths("o0001", "o0002") == [
+        frozenset(
+            {
+                "o0001",
+                "o0001/HCA-1",
+                "o0001/HCA-1~ib-i1l1s01",
+                "ib-i1l1s01",
+                "o0002",
+                "o0002/HCA-1",
+                "o0002/HCA-1~ib-i1l1s01",
+            }
+        )
+    ]
     assert topo.paths("o0001", "p0001") == []  # the captured fragment does not join the two leaves
 
 

@@ -114,14 +114,25 @@ def test_procfs_units_and_strings(procfs: dict[tuple[str, str, str], Reading]) -
 
 def test_hardware_widths(procfs: dict[tuple[str, str, str], Reading]) -> None:
     # IBA PortCounters: narrow and saturating; data from PortCountersExtended: 64 bit.
-    widths = {c: (procfs[("mlx5_0", "1", c)].width, procfs[("mlx5_0", "1", c)].saturates) for c in (
-        "symbol_error", "link_downed", "excessive_buffer_overrun_errors", "port_xmit_wait",
-        "port_rcv_data", "out_of_sequence")}  # fmt: skip
+    widths = {
+        c: (procfs[("mlx5_0", "1", c)].width, procfs[("mlx5_0", "1", c)].saturates)
+        for c in (
+            "symbol_error",
+            "link_downed",
+            "excessive_buffer_overrun_errors",
+            "port_xmit_wait",
+            "port_rcv_data",
+            "out_of_sequence",
+        )
+    }
     assert widths == {
-        "symbol_error": (16, True), "link_downed": (8, True), "excessive_buffer_overrun_errors": (4, True),
-        "port_xmit_wait": (32, True), "port_rcv_data": (64, False),
+        "symbol_error": (16, True),
+        "link_downed": (8, True),
+        "excessive_buffer_overrun_errors": (4, True),
+        "port_xmit_wait": (32, True),
+        "port_rcv_data": (64, False),
         "out_of_sequence": (32, False),  # mlx5 Q counter: 32 bit, wraps
-    }  # fmt: skip
+    }
     assert procfs[("mlx5_0", "1", "port_rcv_data")].scale == 4
 
 
@@ -153,9 +164,18 @@ def test_gpud_h100_tree() -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [(b"123\n", 123), (b"123", 123), (b"N/A (no PMA)\n", None), (b"", None), (b"\n", None), ("7\n\n", 7),
-     (b"18446744073709551615\n", 2**64 - 1), (b"-1\n", None), (b"12abc", None)],
-)  # fmt: skip
+    [
+        (b"123\n", 123),
+        (b"123", 123),
+        (b"N/A (no PMA)\n", None),
+        (b"", None),
+        (b"\n", None),
+        ("7\n\n", 7),
+        (b"18446744073709551615\n", 2**64 - 1),
+        (b"-1\n", None),
+        (b"12abc", None),
+    ],
+)
 def test_parse_value(text: bytes | str, value: int | None) -> None:
     assert parse_value(text) == value
 
@@ -170,10 +190,16 @@ def test_parse_state() -> None:
 
 @pytest.mark.parametrize(
     ("text", "bytes_per_second"),
-    [("100 Gb/sec (4X EDR)", 12_500_000_000), ("40 Gb/sec (4X QDR)", 5_000_000_000),
-     ("25 Gb/sec (1X EDR)", 3_125_000_000), ("2.5 Gb/sec (1X SDR)", 312_500_000),
-     ("500 Gb/sec (4X HDR)", 62_500_000_000), ("0 GB/sec", 0), (b"400 Gb/sec (4X NDR)\n", 50_000_000_000)],
-)  # fmt: skip
+    [
+        ("100 Gb/sec (4X EDR)", 12_500_000_000),
+        ("40 Gb/sec (4X QDR)", 5_000_000_000),
+        ("25 Gb/sec (1X EDR)", 3_125_000_000),
+        ("2.5 Gb/sec (1X SDR)", 312_500_000),
+        ("500 Gb/sec (4X HDR)", 62_500_000_000),
+        ("0 GB/sec", 0),
+        (b"400 Gb/sec (4X NDR)\n", 50_000_000_000),
+    ],
+)
 def test_parse_rate(text: str | bytes, bytes_per_second: float) -> None:  # procfs's test values
     assert parse_rate(text) == bytes_per_second
 
@@ -182,10 +208,14 @@ def test_parse_rate(text: str | bytes, bytes_per_second: float) -> None:  # proc
 
 
 def mlx5(port_rcv_data: int = 1000, **hw: int) -> DeviceTree:
-    return DeviceTree(ports={"1": PortTree(
-        counters={"port_rcv_data": port_rcv_data, "port_rcv_packets": 10, "symbol_error": 0},
-        hw_counters={"out_of_sequence": 0, "lifespan": 10, **hw},
-    )})  # fmt: skip
+    return DeviceTree(
+        ports={
+            "1": PortTree(
+                counters={"port_rcv_data": port_rcv_data, "port_rcv_packets": 10, "symbol_error": 0},
+                hw_counters={"out_of_sequence": 0, "lifespan": 10, **hw},
+            )
+        }
+    )
 
 
 def test_bnxt_re_without_counters_folder(tmp_path: Path) -> None:
@@ -211,8 +241,12 @@ def test_device_level_hw_counters_have_empty_port(tmp_path: Path) -> None:
 
 
 def test_quirky_text(tmp_path: Path) -> None:
-    port = PortTree(state=Raw("4: ACTIVE"), link_layer=Raw("InfiniBand\n\n"), rate="garbage",
-                    counters={"port_xmit_data": Raw("25"), "symbol_error": "N/A (no PMA)"})  # fmt: skip
+    port = PortTree(
+        state=Raw("4: ACTIVE"),
+        link_layer=Raw("InfiniBand\n\n"),
+        rate="garbage",
+        counters={"port_xmit_data": Raw("25"), "symbol_error": "N/A (no PMA)"},
+    )
     write_infiniband_tree(tmp_path, {"mlx5_0": DeviceTree(node_guid=Raw("0a7f:bc12"), ports={"1": port})})
     got = by_key(collector(tmp_path).scrape())
     assert got[("mlx5_0", "1", "port_xmit_data")].value == 100

@@ -46,8 +46,14 @@ class Mesh:
         for host in lab.hosts:
             peers = [{"name": p, "address": lab.address(p), "rate_per_second": rate} for p in probes.get(host, ())]
             options = {"peers": peers, "listen_address": lab.address(host), "timeout_seconds": timeout}
-            agent = build("pingmesh", options, node=host, sysfs_root=Path("/sys"), registry=REGISTRY,
-                          factories={"socket": lab.socket_factory(host)})
+            agent = build(
+                "pingmesh",
+                options,
+                node=host,
+                sysfs_root=Path("/sys"),
+                registry=REGISTRY,
+                factories={"socket": lab.socket_factory(host)},
+            )
             assert isinstance(agent, PingmeshCollector)
             self.agents[host] = agent
 
@@ -113,8 +119,10 @@ async def test_small_fifo_under_load_drops_probes_on_crossing_pairs(lab: Lab, me
     got = await mesh.drain(0.8)
     fifo = {q.kind: q for q in lab.qdisc_stats("h2", Direction.TO_HOST)}["pfifo"]
     lossy, clean = got["h1"]["h2"], got["h1"]["h3"]
-    print(f"h1->h2 lost {lossy['probes_lost']:.0f}/{lossy['probes_sent']:.0f}, "
-          f"h1->h3 lost {clean['probes_lost']:.0f}/{clean['probes_sent']:.0f}, pfifo drops {fifo.drops}")
+    print(
+        f"h1->h2 lost {lossy['probes_lost']:.0f}/{lossy['probes_sent']:.0f}, "
+        f"h1->h3 lost {clean['probes_lost']:.0f}/{clean['probes_sent']:.0f}, pfifo drops {fifo.drops}"
+    )
     assert lossy["probes_lost"] >= max(10, 0.1 * lossy["probes_sent"])  # ~30% measured
     assert clean["probes_lost"] == 0
     assert lossy["probes_received"] + lossy["probes_lost"] == lossy["probes_sent"]  # drained: exact
@@ -144,16 +152,28 @@ async def test_pfc_frames_and_cnps_over_a_veth_are_counted(lab: Lab) -> None:
     from scapy.layers.l2 import Ether
 
     port = lab.switch_port("h0")  # the switch side of h0's cable receives what h0 sends
-    collector = build("capture", {"interface": port}, node="sw", sysfs_root=Path("/sys"), registry=REGISTRY,
-                      factories={"capture": lambda iface: AfPacketSource(iface, _raw_socket(lab, "sw"))})
+    collector = build(
+        "capture",
+        {"interface": port},
+        node="sw",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
+        factories={"capture": lambda iface: AfPacketSource(iface, _raw_socket(lab, "sw"))},
+    )
     assert isinstance(collector, CaptureCollector)
     mac = lab.mac("h0")
     xoff = Ether(src=mac, dst="01:80:c2:00:00:01", type=0x8808) / MACControlClassBasedFlowControl(
-        c3_enabled=1, c3_pause_time=0xFFFF)
+        c3_enabled=1, c3_pause_time=0xFFFF
+    )
     both = Ether(src=mac, dst="01:80:c2:00:00:01", type=0x8808) / MACControlClassBasedFlowControl(
-        c3_enabled=1, c3_pause_time=100, c5_enabled=1, c5_pause_time=200)
-    notify = (Ether(src=mac, dst=lab.mac("h1")) / IP(src=lab.address("h0"), dst=lab.address("h1"), tos=26 << 2)
-              / UDP(sport=50000, dport=4791) / cnp(dqpn=5))
+        c3_enabled=1, c3_pause_time=100, c5_enabled=1, c5_pause_time=200
+    )
+    notify = (
+        Ether(src=mac, dst=lab.mac("h1"))
+        / IP(src=lab.address("h0"), dst=lab.address("h1"), tos=26 << 2)
+        / UDP(sport=50000, dport=4791)
+        / cnp(dqpn=5)
+    )
     noise = Ether(src=mac, dst=lab.mac("h1")) / IP(src=lab.address("h0"), dst=lab.address("h1")) / UDP(dport=53)
     sender = _raw_socket(lab, "h0")
     sender.bind((lab.host_iface("h0"), 0))

@@ -166,9 +166,11 @@ async def test_tbf_bottleneck_is_a_congestion_incident_on_its_link(lab: Lab, fle
     p99 = det.pair_values("rtt_p99", load + 2)  # once the queue has built
     slow, flat = median_of(p99, crossing("h2")), median_of(p99, set(permutations(HOSTS, 2)) - crossing("h2"))
     tbf = {q.kind: q for q in lab.qdisc_stats("h2", Direction.TO_HOST)}["tbf"]
-    print(f"congestion: baseline {load} rounds, opened {det.opened_round[inc.key] - load + 1} and localized {took} "
-          f"rounds into the load; {inc.summary}; p99 crossing {slow * 1e3:.0f} ms, "
-          f"others {flat * 1e3:.0f} ms; tbf backlog {tbf.backlog_bytes} B, drops {tbf.drops}")
+    print(
+        f"congestion: baseline {load} rounds, opened {det.opened_round[inc.key] - load + 1} and localized {took} "
+        f"rounds into the load; {inc.summary}; p99 crossing {slow * 1e3:.0f} ms, "
+        f"others {flat * 1e3:.0f} ms; tbf backlog {tbf.backlog_bytes} B, drops {tbf.drops}"
+    )
     assert slow > 4 * flat  # what the pairs crossing the link feel; the others stay flat
     assert tbf.drops == 0  # congestion without loss: hence no packet_loss incident
 
@@ -187,8 +189,10 @@ async def test_small_fifo_drop_is_a_packet_loss_incident_on_its_link(lab: Lab, f
     load = len(det.batches)
 
     def localized() -> bool:  # the switch port's drops and the lossy pairs both in the incident
-        return any(len(pairs_of(i)) >= 3 and lab.switch_port("h3") in evidence_at(i, "discard_rate")
-                   for i in det.of(IncidentKind.PACKET_LOSS))  # fmt: skip
+        return any(
+            len(pairs_of(i)) >= 3 and lab.switch_port("h3") in evidence_at(i, "discard_rate")
+            for i in det.of(IncidentKind.PACKET_LOSS)
+        )
 
     took = await det.until(localized, MAX_LOAD_ROUNDS)
     await det.rounds(QUIET_ROUNDS)
@@ -210,9 +214,11 @@ async def test_small_fifo_drop_is_a_packet_loss_incident_on_its_link(lab: Lab, f
     lossy = sum(sum(lost.get(p, [])) for p in crossing("h3")) / sum(sum(sent.get(p, [])) for p in crossing("h3"))
     clean = sum(sum(lost.get(p, [])) for p in others) / sum(sum(sent.get(p, [])) for p in others)
     fifo = {q.kind: q for q in lab.qdisc_stats("h3", Direction.TO_HOST)}["pfifo"]
-    print(f"packet loss: baseline {load} rounds, opened {det.opened_round[inc.key] - load + 1} and localized {took} "
-          f"rounds into the load; {inc.summary}; probe loss crossing "
-          f"{lossy:.1%}, others {clean:.2%}; pfifo drops {fifo.drops}; incidents {det.summary()}")
+    print(
+        f"packet loss: baseline {load} rounds, opened {det.opened_round[inc.key] - load + 1} and localized {took} "
+        f"rounds into the load; {inc.summary}; probe loss crossing "
+        f"{lossy:.1%}, others {clean:.2%}; pfifo drops {fifo.drops}; incidents {det.summary()}"
+    )
     assert lossy > 0.01 and clean < lossy / 10
 
 
@@ -227,8 +233,16 @@ def test_switch_port_drops_are_blamed_on_the_host_link_it_faces() -> None:
     engine.set_topology(topology, star_paths(topology))
     opened: list[Incident] = []
     for i in range(12):  # one scrape a second; the discards rule holds for 10 s
-        drops = counter(1_700_000_000.0 + i, "netlink", "fl-h2-sw", "drops", 50.0, unit="packets",
-                        labels={"qdisc": "pfifo", "handle": "10:0", "parent": "1:1"}, name="qdisc_drops")  # fmt: skip
+        drops = counter(
+            1_700_000_000.0 + i,
+            "netlink",
+            "fl-h2-sw",
+            "drops",
+            50.0,
+            unit="packets",
+            labels={"qdisc": "pfifo", "handle": "10:0", "parent": "1:1"},
+            name="qdisc_drops",
+        )
         batch = ports.remap([drops])
         assert [(node, s.reading.device, dict(s.reading.labels)["switch_port"]) for node, s in batch] == [
             ("h2", "fl-h2", "fl-h2-sw")

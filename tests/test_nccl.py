@@ -191,7 +191,11 @@ async def test_runs_never_overlap_and_skips_are_counted() -> None:
     runner = _CountingRunner()
     raw = {"command": [sleep, "0.6"], "interval_seconds": 0, "timeout_seconds": 5}
     collector = build(
-        "nccl", raw, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY,
+        "nccl",
+        raw,
+        node="n1",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
         factories={"runner": lambda: runner},
     )
     assert isinstance(collector, NcclCollector)
@@ -210,16 +214,21 @@ async def test_log_glob_parses_each_complete_file_once(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     old = time.time() - 60
-    cases = {"alltoall_perf-101.log": "superbench_alltoall_legacy",
-             "all_reduce_perf-102.log": "issue369_all_reduce_cuda_busy_abort"}
+    cases = {
+        "alltoall_perf-101.log": "superbench_alltoall_legacy",
+        "all_reduce_perf-102.log": "issue369_all_reduce_cuda_busy_abort",
+    }
     for name, case in cases.items():
         path = logs / name
         path.write_text((CASES / "nccl" / case / "input.txt").read_text())
         os.utime(path, (old, old))
     (logs / "still_writing.log").write_text("# nThread 1 nGpus 8\n")  # fresh mtime: not settled
     collector = build(
-        "nccl", {"log_glob": str(logs / "*.log"), "settle_seconds": 5}, node="n1",
-        sysfs_root=Path("/sys"), registry=REGISTRY,
+        "nccl",
+        {"log_glob": str(logs / "*.log"), "settle_seconds": 5},
+        node="n1",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
     )
     first = await collector.collect()
     second = await collector.collect()
@@ -232,8 +241,9 @@ def test_options_need_exactly_one_source() -> None:
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl"):
         build("nccl", {}, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY)
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\..*exactly one"):
-        build("nccl", {"command": ["x"], "log_glob": "/tmp/*.log"}, node="n1", sysfs_root=Path("/sys"),
-              registry=REGISTRY)
+        build(
+            "nccl", {"command": ["x"], "log_glob": "/tmp/*.log"}, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY
+        )
 
 
 # --- the job's shape and the model's assumptions (what the agent's efficiency needs) ----------------
@@ -289,8 +299,14 @@ async def test_model_assumptions_follow_the_options(tmp_path: Path) -> None:
     tuned = await _from_logs(tmp_path / "b", {"x.log": text}, algo="tree", model_efficiency=0.87)
     assert model(tuned) == [(0.87, {"algo": "tree"})]
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\.algo"):
-        build("nccl", {"log_glob": "/x/*.log", "algo": "butterfly"}, node="n1", sysfs_root=Path("/sys"),
-              registry=REGISTRY)
+        build(
+            "nccl", {"log_glob": "/x/*.log", "algo": "butterfly"}, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY
+        )
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\.model_efficiency"):
-        build("nccl", {"log_glob": "/x/*.log", "model_efficiency": 1.5}, node="n1", sysfs_root=Path("/sys"),
-              registry=REGISTRY)
+        build(
+            "nccl",
+            {"log_glob": "/x/*.log", "model_efficiency": 1.5},
+            node="n1",
+            sysfs_root=Path("/sys"),
+            registry=REGISTRY,
+        )

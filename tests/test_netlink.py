@@ -81,8 +81,13 @@ async def test_loopback_is_excluded_unless_named() -> None:
 
 def test_unknown_option_is_named() -> None:
     with pytest.raises(CollectorConfigError, match=r"collectors\.netlink\.qdisc"):
-        build("netlink", {"qdisc": True}, node="n", sysfs_root=Path("/sys"),
-              registry={"netlink": "collectors.netlink:NetlinkCollector"})  # fmt: skip
+        build(
+            "netlink",
+            {"qdisc": True},
+            node="n",
+            sysfs_root=Path("/sys"),
+            registry={"netlink": "collectors.netlink:NetlinkCollector"},
+        )
 
 
 # --- the real kernel ---------------------------------------------------------------------------
@@ -119,8 +124,25 @@ async def test_tbf_drops_backlog_and_overlimits_match_tc() -> None:
     with veth_pair(PREFIX) as pair:
         # 8 kbit/s drains 1 kB/s: a 6000-byte limit holds a few 1000-byte datagrams for seconds
         # and tail-drops the rest of a burst.
-        pair.run_a([need_binary("tc"), "qdisc", "replace", "dev", pair.if_a, "root", "handle", "1:",
-                    "tbf", "rate", "8kbit", "burst", "1600", "limit", "6000"])  # fmt: skip
+        pair.run_a(
+            [
+                need_binary("tc"),
+                "qdisc",
+                "replace",
+                "dev",
+                pair.if_a,
+                "root",
+                "handle",
+                "1:",
+                "tbf",
+                "rate",
+                "8kbit",
+                "burst",
+                "1600",
+                "limit",
+                "6000",
+            ]
+        )
         sent = send_udp(pair, count=60, size=1000)
         coll = NetlinkCollector(CollectorContext("n1", options=NetlinkOptions(netns=pair.ns_a, interfaces=[pair.if_a])))
         try:
@@ -132,9 +154,15 @@ async def test_tbf_drops_backlog_and_overlimits_match_tc() -> None:
     q0, q1 = qdisc_values(before), qdisc_values(after)
     assert q0["drops"] > 0 and q0["overlimits"] > 0 and q0["backlog_bytes"] > 0  # what a user looks for
     assert q0["drops"] + q0["packets"] + q0["backlog_packets"] == sent == 60  # every datagram accounted for
-    for ours, theirs in [("bytes", "bytes"), ("packets", "packets"), ("drops", "drops"),
-                         ("overlimits", "overlimits"), ("requeues", "requeues"),
-                         ("backlog_bytes", "backlog"), ("backlog_packets", "qlen")]:  # fmt: skip
+    for ours, theirs in [
+        ("bytes", "bytes"),
+        ("packets", "packets"),
+        ("drops", "drops"),
+        ("overlimits", "overlimits"),
+        ("requeues", "requeues"),
+        ("backlog_bytes", "backlog"),
+        ("backlog_packets", "qlen"),
+    ]:
         between(ours, q0[ours], tc[theirs], q1[ours])
     l0, l1 = link_values(before), link_values(after)
     for name in ("tx_bytes", "tx_packets", "rx_bytes", "rx_packets", "tx_dropped", "rx_dropped"):

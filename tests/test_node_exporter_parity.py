@@ -103,8 +103,9 @@ def fabricd_from_json(rows: list[dict[str, Any]]) -> tuple[dict[Key, float], dic
     return values, infos
 
 
-def assert_same(peer: tuple[dict[Key, float], dict[str, dict[str, str]]],
-                ours: tuple[dict[Key, float], dict[str, dict[str, str]]]) -> None:  # fmt: skip
+def assert_same(
+    peer: tuple[dict[Key, float], dict[str, dict[str, str]]], ours: tuple[dict[Key, float], dict[str, dict[str, str]]]
+) -> None:
     peer_values, peer_infos = peer
     our_values, our_infos = ours
     missing = sorted(set(peer_values) - set(our_values))
@@ -140,10 +141,16 @@ class NodeExporter:
         self.port = _free_port()
         self.log = (workdir / "node_exporter.log").open("wb")
         self.proc = subprocess.Popen(
-            [binary, f"--path.sysfs={self.sysfs}", "--collector.disable-defaults", "--collector.infiniband",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                binary,
+                f"--path.sysfs={self.sysfs}",
+                "--collector.disable-defaults",
+                "--collector.infiniband",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def scrape(self, sys_root: Path) -> str:
         link = self.sysfs / "class"
@@ -191,10 +198,25 @@ def fabricd_collect(sys_root: Path) -> list[dict[str, Any]]:
     """What ``fabricd collect --once --format json`` prints for this sysfs root."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FABRICD_")}
     done = subprocess.run(
-        [sys.executable, "-m", "fabricd", "collect", "--once", "--format", "json",
-         "--sysfs-root", str(sys_root), "--collector", "infiniband"],
-        cwd=REPO, env=env, capture_output=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fabricd",
+            "collect",
+            "--once",
+            "--format",
+            "json",
+            "--sysfs-root",
+            str(sys_root),
+            "--collector",
+            "infiniband",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr.decode()
     rows: list[dict[str, Any]] = json.loads(done.stdout)
     return rows

@@ -60,7 +60,10 @@ def test_tree_all_reduce_latency_is_logarithmic_and_bandwidth_hierarchical() -> 
     n = 8 * GiB
     t = predict("all_reduce", n, nodes, f, "tree").time_seconds
     assert t == pytest.approx(2 * math.ceil(math.log2(p)) * 1e-5 + 2 * (nodes - 1) / nodes * n / f.node_bandwidth)
-    assert predict("all_reduce", 8, nodes, f, "tree").time_seconds < predict("all_reduce", 8, nodes, f, "ring").time_seconds
+    assert (
+        predict("all_reduce", 8, nodes, f, "tree").time_seconds
+        < predict("all_reduce", 8, nodes, f, "ring").time_seconds
+    )
 
 
 def test_sendrecv_and_single_node() -> None:
@@ -81,7 +84,8 @@ def test_oversubscription_only_hurts_traffic_that_leaves_the_leaf() -> None:
     assert across.algbw_bytes_per_second < nonblocking.algbw_bytes_per_second < within * 1.1
     # A ring crosses leaves at one node per leaf: oversubscription 4 leaves it untouched.
     assert predict("all_reduce", GiB, 32, f).time_seconds == pytest.approx(
-        predict("all_reduce", GiB, 32, replace(f, oversubscription=1.0)).time_seconds)
+        predict("all_reduce", GiB, 32, replace(f, oversubscription=1.0)).time_seconds
+    )
 
 
 def test_sizes_and_rates_parse_like_nccl_tests_and_sysfs() -> None:
@@ -97,8 +101,9 @@ def test_sizes_and_rates_parse_like_nccl_tests_and_sysfs() -> None:
 
 def test_calibration_recovers_known_parameters() -> None:
     truth = replace(FIXTURE_FABRIC, alpha_seconds=12e-6, efficiency=0.8)
-    obs = [Observation("all_reduce", 4, s, predict("all_reduce", s, 4, truth).time_seconds)
-           for s in sizes_range("8:8G")]  # fmt: skip
+    obs = [
+        Observation("all_reduce", 4, s, predict("all_reduce", s, 4, truth).time_seconds) for s in sizes_range("8:8G")
+    ]
     cal = calibrate(obs, FIXTURE_FABRIC)
     assert cal.alpha_seconds == pytest.approx(12e-6, rel=0.02)
     assert cal.efficiency == pytest.approx(0.8, rel=0.01)
@@ -123,8 +128,10 @@ def test_real_fixtures_large_message_predictions_within_12_percent() -> None:
     assert 0.75 < cal.efficiency < 0.95
     fitted = replace(FIXTURE_FABRIC, alpha_seconds=cal.alpha_seconds, efficiency=cal.efficiency)
     checked = 0
-    for name, algo in (("a3mega_all_reduce_perf_2node_16xH100.txt", "tree"),
-                       ("oci-hpc-oke_all_reduce_perf_2node_16xA100_rdma.txt", "ring")):  # fmt: skip
+    for name, algo in (
+        ("a3mega_all_reduce_perf_2node_16xH100.txt", "tree"),
+        ("oci-hpc-oke_all_reduce_perf_2node_16xA100_rdma.txt", "ring"),
+    ):
         run = parse_nccl_output((CASES / name).read_text())
         for row in run.rows:
             if row.placement == "out_of_place" and row.size_bytes >= GiB:
@@ -137,11 +144,29 @@ def test_real_fixtures_large_message_predictions_within_12_percent() -> None:
 
 def test_cli_json_and_calibration(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "fabricd", "model", "--json", "--link-rate", "200G", "--nodes", "2,4",
-         "--sizes", "1G", "--algo", "tree", "--calibrate-algo", "tree",
-         "--calibrate", str(CASES / "a3mega_all_reduce_perf_2node_16xH100.txt")],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fabricd",
+            "model",
+            "--json",
+            "--link-rate",
+            "200G",
+            "--nodes",
+            "2,4",
+            "--sizes",
+            "1G",
+            "--algo",
+            "tree",
+            "--calibrate-algo",
+            "tree",
+            "--calibrate",
+            str(CASES / "a3mega_all_reduce_perf_2node_16xH100.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     doc = json.loads(out.stdout)
     assert doc["calibration"]["observations"] == len(_fixture_obs("a3mega_all_reduce_perf_2node_16xH100.txt", "tree"))
     assert [p["nodes"] for p in doc["predictions"]] == [2, 4]

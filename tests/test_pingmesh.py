@@ -31,8 +31,9 @@ MS = 1_000_000
 
 
 def _mesh(options: Mapping[str, Any], factories: Mapping[str, Callable[..., Any]] | None = None) -> PingmeshCollector:
-    collector = build("pingmesh", dict(options), node="n1", sysfs_root=Path("/sys"), registry=REGISTRY,
-                      factories=factories)
+    collector = build(
+        "pingmesh", dict(options), node="n1", sysfs_root=Path("/sys"), registry=REGISTRY, factories=factories
+    )
     assert isinstance(collector, PingmeshCollector)
     return collector
 

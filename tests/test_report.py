@@ -93,7 +93,9 @@ async def _replay(workdir: Path) -> tuple[Any, list[tuple[float, list[tuple[str,
     return cluster, rounds
 
 
-def _store_and_detect(settings: ServerSettings, cluster: Any, rounds: list[tuple[float, list[tuple[str, Sample]]]]) -> None:
+def _store_and_detect(
+    settings: ServerSettings, cluster: Any, rounds: list[tuple[float, list[tuple[str, Sample]]]]
+) -> None:
     from fabricd.detect.engine import DetectionEngine
     from fabricd.server.detection import DetectionLoop
 
@@ -157,8 +159,24 @@ def png_size(png: bytes) -> tuple[int, int]:
 
 
 def cli(fleet: Fleet, server: ServerProcess, *args: str) -> int:
-    return main(["report", *args, "--server", server.url, "--token", fleet.read, "--pad", PAD,
-                 "--hcas-per-node", "2", "--gpus-per-node", "2", "--nodes-per-leaf", "3"])  # fmt: skip
+    return main(
+        [
+            "report",
+            *args,
+            "--server",
+            server.url,
+            "--token",
+            fleet.read,
+            "--pad",
+            PAD,
+            "--hcas-per-node",
+            "2",
+            "--gpus-per-node",
+            "2",
+            "--nodes-per-leaf",
+            "3",
+        ]
+    )
 
 
 @dataclass
@@ -186,8 +204,9 @@ def built(fleet: Fleet, server: ServerProcess) -> Iterator[Built]:
 # --- the CLI -------------------------------------------------------------------------------------------
 
 
-def test_cli_writes_a_self_contained_html_report_and_its_pngs(fleet: Fleet, server: ServerProcess,
-                                                             tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_cli_writes_a_self_contained_html_report_and_its_pngs(
+    fleet: Fleet, server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "inc"
     assert cli(fleet, server, "--incident", str(fleet.incident_id), "--out", str(out)) == 0
     written = capsys.readouterr().out.split()
@@ -203,7 +222,7 @@ def test_cli_writes_a_self_contained_html_report_and_its_pngs(fleet: Fleet, serv
         width, height = png_size(png)
         assert width >= MIN_WIDTH and height >= MIN_HEIGHT, (p.name, width, height)
         assert base64.b64encode(png).decode() in html, f"{p.name} is not the plot embedded in report.html"
-    assert "<img" in html and "src=\"http" not in html  # self-contained: nothing fetched from elsewhere
+    assert "<img" in html and 'src="http' not in html  # self-contained: nothing fetched from elsewhere
 
 
 def test_png_only_writes_the_plots_and_no_html(built: Built, tmp_path: Path) -> None:
@@ -213,8 +232,9 @@ def test_png_only_writes_the_plots_and_no_html(built: Built, tmp_path: Path) -> 
     assert (tmp_path / "pingmesh.png").read_bytes() == built.report.plot("pingmesh").png
 
 
-def test_cli_exit_codes_for_unknown_incident_and_unreachable_server(fleet: Fleet, server: ServerProcess,
-                                                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_cli_exit_codes_for_unknown_incident_and_unreachable_server(
+    fleet: Fleet, server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli(fleet, server, "--incident", "999999", "--out", str(tmp_path)) == 1
     assert "404 not_found" in capsys.readouterr().err
     nobody = f"http://127.0.0.1:{free_port()}"  # a free port: nothing listens there
@@ -230,8 +250,18 @@ def test_plotted_series_are_the_stored_ones(built: Built) -> None:
     plot = built.report.plot("port-node-003-mlx5_1-1")
     node, device, port = FLAPPING
     for counter in ("port_receive_data", "port_transmit_data"):
-        stored = built.client.call("GET", "/api/v1/series", {"node": node, "device": device, "port": port,
-                                   "counter": counter, "since": built.start, "until": built.end})  # fmt: skip
+        stored = built.client.call(
+            "GET",
+            "/api/v1/series",
+            {
+                "node": node,
+                "device": device,
+                "port": port,
+                "counter": counter,
+                "since": built.start,
+                "until": built.end,
+            },
+        )
         assert len(stored) == 1
         points = stored[0]["points"]
         assert plot.data[counter]["ts"] == [p["ts"] for p in points]
@@ -249,8 +279,18 @@ def test_pingmesh_and_nccl_plots_are_the_stored_results(built: Built) -> None:
     i, j = ping["nodes"].index("node-002"), ping["nodes"].index("node-003")
 
     def stored(counter: str) -> list[float]:
-        rows = built.client.call("GET", "/api/v1/series", {"source": "pingmesh", "node": "node-002",
-                                 "device": "node-003", "counter": counter, "since": built.start, "until": built.end})  # fmt: skip
+        rows = built.client.call(
+            "GET",
+            "/api/v1/series",
+            {
+                "source": "pingmesh",
+                "node": "node-002",
+                "device": "node-003",
+                "counter": counter,
+                "since": built.start,
+                "until": built.end,
+            },
+        )
         key = "rate" if rows[0]["kind"] == "counter" else "value"
         return [p[key] for p in rows[0]["points"] if p[key] is not None]
 
@@ -279,8 +319,12 @@ def test_range_report_lists_the_incident_and_says_when_a_window_is_empty(
     empty = ["--since", "2001-01-01T00:00:00Z", "--until", "2001-01-01T01:00:00Z"]
     assert cli(fleet, server, *empty, "--out", str(tmp_path / "empty")) == 0
     html = (tmp_path / "empty" / "report.html").read_text()
-    for words in ("No incident was open in this window.", "No pingmesh results in this window.",
-                  "No NCCL-tests results in this window.", "No port throughput in this window."):  # fmt: skip
+    for words in (
+        "No incident was open in this window.",
+        "No pingmesh results in this window.",
+        "No NCCL-tests results in this window.",
+        "No port throughput in this window.",
+    ):
         assert words in html
     assert "<img" not in html and not list((tmp_path / "empty").glob("*.png"))
 
@@ -290,8 +334,11 @@ def test_range_report_lists_the_incident_and_says_when_a_window_is_empty(
 
 async def test_route_serves_the_report_as_html(fleet: Fleet, api: httpx.AsyncClient) -> None:
     auth = {"Authorization": f"Bearer {fleet.read}"}
-    resp = await api.get(f"/api/v1/incidents/{fleet.incident_id}/report", headers=auth,
-                         params={"pad": PAD, "hcas_per_node": 2, "gpus_per_node": 2, "nodes_per_leaf": 3})  # fmt: skip
+    resp = await api.get(
+        f"/api/v1/incidents/{fleet.incident_id}/report",
+        headers=auth,
+        params={"pad": PAD, "hcas_per_node": 2, "gpus_per_node": 2, "nodes_per_leaf": 3},
+    )
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"].startswith("text/html")
     html = resp.text

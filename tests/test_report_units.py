@@ -52,8 +52,11 @@ def test_pairs_are_ordered_by_leaf_with_natural_node_numbers() -> None:
 
 
 def test_pingmesh_heatmap_is_a_real_image_with_gaps_where_nothing_was_probed() -> None:
-    cells = [PingCell("node-001", "node-002", 20e-6, 0.0), PingCell("node-002", "node-001", 35e-6, 0.25),
-             PingCell("node-003", "node-001", None, None)]  # fmt: skip
+    cells = [
+        PingCell("node-001", "node-002", 20e-6, 0.0),
+        PingCell("node-002", "node-001", 35e-6, 0.25),
+        PingCell("node-003", "node-001", None, None),
+    ]
     plot = pingmesh_plot(cells, nodes_per_leaf=2)
     width, height = struct.unpack(">II", plot.png[16:24])
     assert plot.png.startswith(b"\x89PNG") and width > 600 and height > 250
@@ -63,14 +66,31 @@ def test_pingmesh_heatmap_is_a_real_image_with_gaps_where_nothing_was_probed() -
 
 
 def test_fleet_text_is_escaped_and_empty_sections_say_so() -> None:
-    inc = {"id": 7, "kind": "congestion", "severity": "critical", "state": "open", "element": "<script>x</script>",
-           "summary": "a & b", "started_ts": 1e9, "updated_ts": 1e9 + 60, "resolved_ts": None, "acked_by": None,
-           "candidates": [], "evidence": [], "timeline": []}  # fmt: skip
+    inc = {
+        "id": 7,
+        "kind": "congestion",
+        "severity": "critical",
+        "state": "open",
+        "element": "<script>x</script>",
+        "summary": "a & b",
+        "started_ts": 1e9,
+        "updated_ts": 1e9 + 60,
+        "resolved_ts": None,
+        "acked_by": None,
+        "candidates": [],
+        "evidence": [],
+        "timeline": [],
+    }
     data = ReportData("Incident #7", Window(1e9 - 600, 1e9 + 660), 1e9 + 700, ReportQuery(incident_id=7), [inc])
     html = render(data).html
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html and "a &amp; b" in html
-    for words in ("No localization candidates.", "No evidence recorded.", "No pingmesh results in this window.",
-                  "No NCCL-tests results in this window.", "No port throughput in this window."):  # fmt: skip
+    for words in (
+        "No localization candidates.",
+        "No evidence recorded.",
+        "No pingmesh results in this window.",
+        "No NCCL-tests results in this window.",
+        "No port throughput in this window.",
+    ):
         assert words in html
     assert "<img" not in html
 
@@ -89,8 +109,13 @@ def test_query_is_one_incident_or_one_range() -> None:
 def test_long_windows_are_read_in_buckets_and_open_incidents_end_at_their_latest_news() -> None:
     assert series_step(Window(0, 3600)) is None
     assert series_step(Window(0, 6 * 3600)) == "36s"  # 600 points
-    inc = {"started_ts": 100.0, "updated_ts": 100.0, "resolved_ts": None, "evidence": [{"ts": 160.0}],
-           "timeline": [{"ts": 130.0}]}  # fmt: skip
+    inc = {
+        "started_ts": 100.0,
+        "updated_ts": 100.0,
+        "resolved_ts": None,
+        "evidence": [{"ts": 160.0}],
+        "timeline": [{"ts": 130.0}],
+    }
     assert incident_end(inc, now=1000.0) == 160.0
     assert incident_end({**inc, "resolved_ts": 400.0}, now=1000.0) == 400.0
     assert incident_end({**inc, "resolved_ts": 4000.0}, now=1000.0) == 1000.0

@@ -43,8 +43,12 @@ def test_promtool_unit_tests_pass(test_file: Path) -> None:
 
 
 def test_every_rule_file_has_unit_tests_for_every_alert() -> None:
-    tested = {t.get("alertname") for f in TEST_FILES for case in yaml.safe_load(f.read_text())["tests"]
-              for t in case.get("alert_rule_test", [])}  # fmt: skip
+    tested = {
+        t.get("alertname")
+        for f in TEST_FILES
+        for case in yaml.safe_load(f.read_text())["tests"]
+        for t in case.get("alert_rule_test", [])
+    }
     alerts = {r["alert"] for r in rules() if "alert" in r}
     untested = alerts - tested
     assert not untested, f"alerts without a promtool test: {sorted(untested)}"

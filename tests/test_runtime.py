@@ -79,15 +79,21 @@ class WithOptions:
         return []
 
 
-REGISTRY = {n: f"tests.test_runtime:{c}" for n, c in
-            [("steady", "Steady"), ("slow", "Slow"), ("broken", "Broken"), ("blocked", "BlockedThread"),
-             ("opts", "WithOptions")]}  # fmt: skip
+REGISTRY = {
+    n: f"tests.test_runtime:{c}"
+    for n, c in [
+        ("steady", "Steady"),
+        ("slow", "Slow"),
+        ("broken", "Broken"),
+        ("blocked", "BlockedThread"),
+        ("opts", "WithOptions"),
+    ]
+}
 REGISTRY["missing"] = "tests.nonexistent_module:Nothing"
 
 
 def _build(names: list[str]) -> CollectorRunner:
-    collectors = build_collectors({n: {} for n in names}, node="n1", sysfs_root=Path("/nonexistent"),
-                                  registry=REGISTRY)  # fmt: skip
+    collectors = build_collectors({n: {} for n in names}, node="n1", sysfs_root=Path("/nonexistent"), registry=REGISTRY)
     return CollectorRunner(collectors, timeout_seconds=0.2)
 
 
@@ -136,8 +142,9 @@ def test_unknown_collector_and_bad_options_name_the_key() -> None:
 
 
 def test_options_are_validated_into_the_collectors_model() -> None:
-    collectors = build_collectors({"opts": {"peers": ["a", "b"], "rate_per_second": "2.5"}}, node="n",
-                                  sysfs_root=Path("/"), registry=REGISTRY)  # fmt: skip
+    collectors = build_collectors(
+        {"opts": {"peers": ["a", "b"], "rate_per_second": "2.5"}}, node="n", sysfs_root=Path("/"), registry=REGISTRY
+    )
     opts = collectors["opts"]
     assert isinstance(opts, WithOptions)
     assert opts.options.model_dump() == {"peers": ["a", "b"], "rate_per_second": 2.5}

@@ -409,8 +409,16 @@ async def test_pingmesh_matrix_and_nccl_runs(api: Api) -> None:
 async def test_topology_status_and_probes(api: Api) -> None:
     assert (await api.get("/api/v1/topology")).status_code == 404
     topo = fat_tree(4, 1, 2, 2, "roce")
-    route = ["node-001", "node-003", "node-001/mlx5_0", "node-003/mlx5_0", "node-001/mlx5_0~leaf-01",
-             "leaf-01~spine-02", "leaf-02~spine-02", "node-003/mlx5_0~leaf-02"]  # fmt: skip
+    route = [
+        "node-001",
+        "node-003",
+        "node-001/mlx5_0",
+        "node-003/mlx5_0",
+        "node-001/mlx5_0~leaf-01",
+        "leaf-01~spine-02",
+        "leaf-02~spine-02",
+        "node-003/mlx5_0~leaf-02",
+    ]
     doc = to_doc(topo, {("node-001", "node-003"): route})
     put = await api.client.put("/api/v1/topology", json=doc, headers=api.auth(api.read))
     assert put.status_code == 403
@@ -424,7 +432,10 @@ async def test_topology_status_and_probes(api: Api) -> None:
     assert put.status_code == 422 and "node-009/mlx5_0~leaf-01: unknown end" in put.json()["message"]
     bad_route = {**doc, "routes": [{"src": "node-001", "dst": "node-003", "elements": ["leaf-01~spine-09"]}]}
     put = await api.client.put("/api/v1/topology", json=bad_route, headers=api.auth(api.admin))
-    assert put.status_code == 422 and "routes[0] (node-001 -> node-003): unknown element(s) leaf-01~spine-09" in put.json()["message"]
+    assert (
+        put.status_code == 422
+        and "routes[0] (node-001 -> node-003): unknown element(s) leaf-01~spine-09" in put.json()["message"]
+    )
     assert (await api.get("/api/v1/topology")).json()["routes"] == doc["routes"]  # the last good one stays
     await api.ingest("node-a", "1", [ib_sample(time.time())])
     api.store.upsert_incident(incident("c1"), time.time())
@@ -459,8 +470,9 @@ async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: 
         assert "fabricd_store_latest_unflushed_series 6.0" in (await client.get("/metrics")).text
     try:
         with api.store.engine.connect() as conn:
-            written = dict(conn.execute(text("SELECT name, latest_rate FROM series WHERE latest_ts = :ts"),
-                                        {"ts": now + 10}).all())  # fmt: skip
+            written = dict(
+                conn.execute(text("SELECT name, latest_rate FROM series WHERE latest_ts = :ts"), {"ts": now + 10}).all()
+            )
     finally:
         api.store.engine.dispose()
     assert written["port_transmit_data"] == 3e9 and len(written) == 6

@@ -133,7 +133,9 @@ def test_latest_values_survive_a_kill_9_between_writes(db_url: str, tmp_path: Pa
     try:
         for i, rate in enumerate((1e9, 2e9)):
             body, headers = encoded(make_batch("node-0", f"b{i}", [ib_sample(now - 20 + 10 * i, rate=rate)]))
-            assert httpx.post(f"{server.url}/api/v1/ingest", content=body, headers=headers, timeout=10).status_code == 200
+            assert (
+                httpx.post(f"{server.url}/api/v1/ingest", content=body, headers=headers, timeout=10).status_code == 200
+            )
         assert httpx.get(f"{server.url}/api/v1/status", timeout=10).json()["latest_unflushed_series"] == 1
     finally:
         assert server.proc is not None
@@ -151,7 +153,10 @@ def test_latest_values_survive_a_kill_9_between_writes(db_url: str, tmp_path: Pa
         metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
     finally:
         assert server.stop() == 0
-    assert 'fabricd_infiniband_port_transmit_data_bytes_per_second{device="mlx5_0",node="node-0",port="1"} 2e+09' in metrics
+    assert (
+        'fabricd_infiniband_port_transmit_data_bytes_per_second{device="mlx5_0",node="node-0",port="1"} 2e+09'
+        in metrics
+    )
     assert len(ports) == 1 and ports[0]["node"] == "node-0"
     engine = db.make_engine(db_url)
     try:

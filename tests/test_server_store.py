@@ -153,8 +153,11 @@ def test_a_failed_flush_keeps_the_values_for_the_next_one(store: Store, monkeypa
             raise OSError("disk full")
 
     good = store._sql
-    monkeypatch.setattr(store, "_sql", type(good)(**{**{f: getattr(good, f) for f in good.__dataclass_fields__},
-                                                     "update_latest": Broken()}))  # fmt: skip
+    monkeypatch.setattr(
+        store,
+        "_sql",
+        type(good)(**{**{f: getattr(good, f) for f in good.__dataclass_fields__}, "update_latest": Broken()}),
+    )
     with pytest.raises(OSError, match="disk full"):
         store.flush_latest()
     assert store.unflushed_latest() == 1 and latest_cursor(store) == 0
@@ -331,8 +334,16 @@ def test_the_detector_follows_the_stored_topology_and_its_routes(store: Store, t
     from fabricd.settings import ServerSettings
     from fabricd.topology import fat_tree, to_doc
 
-    route = ["node-001", "node-003", "node-001/mlx5_0", "node-003/mlx5_0", "node-001/mlx5_0~leaf-01",
-             "leaf-01~spine-02", "leaf-02~spine-02", "node-003/mlx5_0~leaf-02"]  # fmt: skip
+    route = [
+        "node-001",
+        "node-003",
+        "node-001/mlx5_0",
+        "node-003/mlx5_0",
+        "node-001/mlx5_0~leaf-01",
+        "leaf-01~spine-02",
+        "leaf-02~spine-02",
+        "node-003/mlx5_0~leaf-02",
+    ]
     store.put_topology(to_doc(fat_tree(4, 1, 2, 2, "roce"), {("node-001", "node-003"): route}), T0)
     detector = EngineDetector(ServerSettings(data_dir=tmp_path), store)
     assert detector.process([]) == []  # reads the stored topology

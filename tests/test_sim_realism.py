@@ -23,10 +23,16 @@ NUMBER = re.compile(rb"\d+\n?")
 
 
 def _scenario(link_layer: str, faults: list[dict[str, object]], duration: str = "6m") -> Scenario:
-    return parse({"name": "t", "seed": 5, "duration": duration, "interval": "10s",
-                  "topology": {"nodes": 8, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2,
-                               "link_layer": link_layer},
-                  "faults": faults})  # fmt: skip
+    return parse(
+        {
+            "name": "t",
+            "seed": 5,
+            "duration": duration,
+            "interval": "10s",
+            "topology": {"nodes": 8, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2, "link_layer": link_layer},
+            "faults": faults,
+        }
+    )
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -101,8 +107,9 @@ def test_32_bit_queue_counters_wrap_and_the_rate_engine_unwraps_them(tmp_path: P
 
 def test_narrow_counters_saturate_at_all_ones(tmp_path: Path) -> None:
     # Heavy congestion stalls the senders crossing leaf-01~spine-01: port_xmit_wait (32 bits) fills.
-    sc = _scenario("infiniband", [{"kind": "congestion", "at": "leaf-01~spine-01", "start": "10s",
-                                   "end": "6m", "severity": 1.0}])  # fmt: skip
+    sc = _scenario(
+        "infiniband", [{"kind": "congestion", "at": "leaf-01~spine-01", "start": "10s", "end": "6m", "severity": 1.0}]
+    )
     cluster = create(sc, tmp_path, 1.7e9)
     for k in range(1, 37):
         cluster.advance_to(k * 10.0)
@@ -120,8 +127,10 @@ def test_narrow_counters_saturate_at_all_ones(tmp_path: Path) -> None:
 
 
 def test_link_flap_toggles_state_and_counts_link_downed(tmp_path: Path) -> None:
-    sc = _scenario("infiniband", [{"kind": "link_flap", "at": "node-001/mlx5_0~leaf-01", "start": "10s",
-                                   "end": "6m", "severity": 1.0}])  # fmt: skip
+    sc = _scenario(
+        "infiniband",
+        [{"kind": "link_flap", "at": "node-001/mlx5_0~leaf-01", "start": "10s", "end": "6m", "severity": 1.0}],
+    )
     cluster = create(sc, tmp_path, 1.7e9)
     port = cluster.sysfs_root("node-001") / "class/infiniband/mlx5_0/ports/1"
     states = set()
@@ -155,10 +164,16 @@ def test_collectors_read_a_simulated_node_like_a_real_one(tmp_path: Path) -> Non
 def test_no_port_moves_more_than_its_line_rate(tmp_path: Path, link_layer: str) -> None:
     """Load skew and jitter may ask more of a port than its link carries; the simulated flows slow
     down instead (as congestion control would), so data counters never show > 100 % utilization."""
-    sc = parse({"name": "t", "seed": 3, "duration": "5m", "interval": "10s",
-                "topology": {"nodes": 16, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2,
-                             "link_layer": link_layer},
-                "workload": {"kind": "allreduce", "load": 0.9, "noise": 0.3}})  # fmt: skip
+    sc = parse(
+        {
+            "name": "t",
+            "seed": 3,
+            "duration": "5m",
+            "interval": "10s",
+            "topology": {"nodes": 16, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2, "link_layer": link_layer},
+            "workload": {"kind": "allreduce", "load": 0.9, "noise": 0.3},
+        }
+    )
     cluster = create(sc, tmp_path, 1.7e9)
     line = cluster.sim.fabric.line_bytes_per_second
     ports = [(node, f"mlx5_{h}") for node in cluster.nodes for h in range(2)]

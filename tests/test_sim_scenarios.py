@@ -19,9 +19,13 @@ from fabricd.sim.scenario import FAULT_KINDS, ScenarioError, load, parse, shippe
 
 
 def _base(**over: object) -> dict[str, object]:
-    doc: dict[str, object] = {"name": "t", "seed": 3, "duration": "5m", "interval": "10s",
-                              "topology": {"nodes": 8, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2,
-                                           "link_layer": "roce"}}  # fmt: skip
+    doc: dict[str, object] = {
+        "name": "t",
+        "seed": 3,
+        "duration": "5m",
+        "interval": "10s",
+        "topology": {"nodes": 8, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2, "link_layer": "roce"},
+    }
     doc.update(over)
     return doc
 
@@ -38,14 +42,17 @@ def test_shipped_scenarios_cover_every_fault_kind_on_both_link_layers() -> None:
     assert large.topology.nodes == 256 and large.duration == 3600
 
 
-@pytest.mark.parametrize(("doc", "key"), [
-    (_base(duration="5 minutes"), "duration"),
-    (_base(faults=[{"kind": "congestion", "at": "leaf-09~spine-01", "start": "1m", "end": "2m"}]), "faults[0].at"),
-    (_base(faults=[{"kind": "straggler", "at": "node-001/mlx5_0", "start": "1m", "end": "2m"}]), "faults[0].at"),
-    (_base(faults=[{"kind": "congestion", "at": "leaf-01~spine-01", "start": "3m", "end": "2m"}]), "faults.0"),
-    (_base(faults=[{"kind": "gremlins", "at": "leaf-01~spine-01", "start": "1m", "end": "2m"}]), "faults.0.kind"),
-    (_base(workload={"load": 1.5}), "workload.load"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("doc", "key"),
+    [
+        (_base(duration="5 minutes"), "duration"),
+        (_base(faults=[{"kind": "congestion", "at": "leaf-09~spine-01", "start": "1m", "end": "2m"}]), "faults[0].at"),
+        (_base(faults=[{"kind": "straggler", "at": "node-001/mlx5_0", "start": "1m", "end": "2m"}]), "faults[0].at"),
+        (_base(faults=[{"kind": "congestion", "at": "leaf-01~spine-01", "start": "3m", "end": "2m"}]), "faults.0"),
+        (_base(faults=[{"kind": "gremlins", "at": "leaf-01~spine-01", "start": "1m", "end": "2m"}]), "faults.0.kind"),
+        (_base(workload={"load": 1.5}), "workload.load"),
+    ],
+)
 def test_invalid_scenarios_are_rejected_naming_the_key(doc: dict[str, object], key: str) -> None:
     with pytest.raises(ScenarioError, match=key.replace("[", r"\[").replace("]", r"\]")):
         parse(doc, "bad.yaml")
@@ -86,8 +93,9 @@ def test_nccl_standin_prints_real_format_and_a_straggler_slows_every_run(tmp_pat
 
 
 def test_congestion_marks_ecn_only_on_flows_crossing_the_link(tmp_path: Path) -> None:
-    sc = parse(_base(faults=[{"kind": "congestion", "at": "leaf-01~spine-01", "start": "0s", "end": "5m",
-                              "severity": 1.0}]))  # fmt: skip
+    sc = parse(
+        _base(faults=[{"kind": "congestion", "at": "leaf-01~spine-01", "start": "0s", "end": "5m", "severity": 1.0}])
+    )
     cluster = create(sc, tmp_path, 0.0)
     before = {p: s.hw.totals["np_ecn_marked_roce_packets"] for p, s in cluster.sim.ports.items()}
     cluster.advance_to(60.0)
@@ -125,8 +133,11 @@ async def test_live_cluster_moves_counters_and_answers_probes(tmp_path: Path) ->
 
 
 def test_fabricd_sim_command_writes_agent_configs(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "fabricd", "sim", "clean", "--out", str(tmp_path), "--speed", "100",
-                             "--nodes", "8"], stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fabricd", "sim", "clean", "--out", str(tmp_path), "--speed", "100", "--nodes", "8"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (tmp_path / "agents" / "node-008.yaml").exists():

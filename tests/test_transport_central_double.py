@@ -71,8 +71,11 @@ class CentralDouble:
         body = await request.body()
         self.headers.append(dict(request.headers))
         try:
-            batch = decode(body, request.headers.get("content-type", MSGPACK),
-                           gzipped=request.headers.get("content-encoding") == "gzip")  # fmt: skip
+            batch = decode(
+                body,
+                request.headers.get("content-type", MSGPACK),
+                gzipped=request.headers.get("content-encoding") == "gzip",
+            )
         except WireError as exc:
             return self._answer(batch_id="", status=400, body=f'{{"detail": "{exc}"}}')
         if self.script:
@@ -99,11 +102,18 @@ class CentralDouble:
 
     async def start(self) -> None:
         config = uvicorn.Config(
-            self.app(), host="127.0.0.1", port=self.port, log_config=None, log_level="warning",
-            lifespan="off", ws="none", http="h11", access_log=False,
+            self.app(),
+            host="127.0.0.1",
+            port=self.port,
+            log_config=None,
+            log_level="warning",
+            lifespan="off",
+            ws="none",
+            http="h11",
+            access_log=False,
             ssl_certfile=str(self.certfile) if self.certfile else None,
             ssl_keyfile=str(self.keyfile) if self.keyfile else None,
-        )  # fmt: skip
+        )
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve())
         for _ in range(500):
@@ -181,13 +191,40 @@ def make_tls(folder: Path) -> Tls:
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     ca_ext = ["-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"]
     for name in ("ca", "other"):
-        run("req", "-x509", *ec, "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
-            "-subj", f"/CN=fabricd test {name}", *ca_ext)  # fmt: skip
+        run(
+            "req",
+            "-x509",
+            *ec,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN=fabricd test {name}",
+            *ca_ext,
+        )
     run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
     (folder / "server.ext").write_text(
         "subjectAltName=IP:127.0.0.1\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
         "authorityKeyIdentifier=keyid\n"
     )
-    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "server.pem", "-days", "2", "-extfile", "server.ext")  # fmt: skip
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    )
     return Tls(folder / "ca.pem", folder / "server.pem", folder / "server.key", folder / "other.pem")

@@ -23,11 +23,20 @@ from tests.test_transport_central_double import CentralDouble, Scripted, scrape,
 def _settings(tmp_path: Path, central: CentralDouble, **spool: float) -> AgentSettings:
     # 4 samples per scrape and batch_max_samples=4: one scrape is one batch, so counts are exact.
     return AgentSettings(
-        node="n1", central=central.url, data_dir=tmp_path, token="t0k",
-        transport=TransportSettings(batch_max_samples=4, batch_max_seconds=60, backoff_initial_seconds=0.05,
-                                    backoff_max_seconds=0.2, timeout_seconds=1.0, compress=False),
+        node="n1",
+        central=central.url,
+        data_dir=tmp_path,
+        token="t0k",
+        transport=TransportSettings(
+            batch_max_samples=4,
+            batch_max_seconds=60,
+            backoff_initial_seconds=0.05,
+            backoff_max_seconds=0.2,
+            timeout_seconds=1.0,
+            compress=False,
+        ),
         spool=SpoolSettings.model_validate({"drain_batches_per_second": 50.0, **spool}),
-    )  # fmt: skip
+    )
 
 
 async def _transport(settings: AgentSettings) -> tuple[Transport, CollectorRegistry]:

@@ -26,10 +26,22 @@ from tests.test_transport_central_double import CentralDouble, Scripted, free_po
 
 @pytest.mark.parametrize(
     ("status", "outcome"),
-    [(200, Outcome.SENT), (202, Outcome.SENT), (429, Outcome.RETRY), (503, Outcome.RETRY), (500, Outcome.RETRY),
-     (502, Outcome.RETRY), (408, Outcome.RETRY), (400, Outcome.PERMANENT), (401, Outcome.PERMANENT),
-     (403, Outcome.PERMANENT), (413, Outcome.PERMANENT), (415, Outcome.PERMANENT), (422, Outcome.PERMANENT)],
-)  # fmt: skip
+    [
+        (200, Outcome.SENT),
+        (202, Outcome.SENT),
+        (429, Outcome.RETRY),
+        (503, Outcome.RETRY),
+        (500, Outcome.RETRY),
+        (502, Outcome.RETRY),
+        (408, Outcome.RETRY),
+        (400, Outcome.PERMANENT),
+        (401, Outcome.PERMANENT),
+        (403, Outcome.PERMANENT),
+        (413, Outcome.PERMANENT),
+        (415, Outcome.PERMANENT),
+        (422, Outcome.PERMANENT),
+    ],
+)
 def test_status_codes_map_to_retry_or_give_up(status: int, outcome: Outcome) -> None:
     assert classify(PostResult(status), now=0.0).outcome is outcome
 

@@ -138,8 +138,9 @@ while True:
 
 
 def test_kill_9_mid_write_loses_no_acknowledged_batch_and_leaves_no_damaged_file(tmp_path: Path) -> None:
-    with subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE,
-                          text=True, cwd=REPO) as proc:  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=REPO
+    ) as proc:
         assert proc.stdout is not None
         acked = [proc.stdout.readline().strip() for _ in range(40)]
         proc.send_signal(signal.SIGKILL)

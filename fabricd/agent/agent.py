@@ -52,8 +52,13 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Scrape every ``interval_seconds`` on a monotonic schedule (no drift) until ``stop``."""
-        logs.event(log, logging.INFO, "agent started", interval_seconds=self.interval_seconds,
-                   collectors=",".join(self.runner.collectors))  # fmt: skip
+        logs.event(
+            log,
+            logging.INFO,
+            "agent started",
+            interval_seconds=self.interval_seconds,
+            collectors=",".join(self.runner.collectors),
+        )
         next_tick = time.monotonic()
         while not stop.is_set():
             await self.scrape_once()

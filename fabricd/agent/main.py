@@ -54,10 +54,10 @@ class LatestScrape(PromCollector):
 
 
 def _health_families(health: Sequence[CollectorHealth]) -> Iterator[Metric]:
-    ok = GaugeMetricFamily("fabricd_collector_success", "1 if the collector's last run succeeded",
-                           labels=["collector"])  # fmt: skip
-    took = GaugeMetricFamily("fabricd_collector_duration_seconds", "Duration of the collector's last run",
-                             labels=["collector"])  # fmt: skip
+    ok = GaugeMetricFamily("fabricd_collector_success", "1 if the collector's last run succeeded", labels=["collector"])
+    took = GaugeMetricFamily(
+        "fabricd_collector_duration_seconds", "Duration of the collector's last run", labels=["collector"]
+    )
     for h in health:
         ok.add_metric([h.collector], 1.0 if h.success else 0.0)
         took.add_metric([h.collector], h.duration_seconds)
@@ -77,8 +77,9 @@ def run_agent(settings: AgentSettings) -> int:
     # httpx logs every request at INFO; the transport logs what an operator needs (outages, drops).
     logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
-        collectors = build_collectors(configured_collectors(settings), node=settings.node,
-                                      sysfs_root=settings.sysfs_root, registry=REGISTRY)  # fmt: skip
+        collectors = build_collectors(
+            configured_collectors(settings), node=settings.node, sysfs_root=settings.sysfs_root, registry=REGISTRY
+        )
         return asyncio.run(_serve(settings, collectors))
     except (CollectorConfigError, ConfigError) as exc:
         print(f"fabricd: {exc}", file=sys.stderr)

@@ -33,8 +33,14 @@ def run(args: argparse.Namespace) -> int:
     from fabricd.settings import AgentSettings
 
     settings = settings_or_exit(
-        AgentSettings, args, central=args.central, node=args.node, sysfs_root=args.sysfs_root,
-        interval_seconds=args.interval, token=args.token, data_dir=args.data_dir,
+        AgentSettings,
+        args,
+        central=args.central,
+        node=args.node,
+        sysfs_root=args.sysfs_root,
+        interval_seconds=args.interval,
+        token=args.token,
+        data_dir=args.data_dir,
         metrics_listen=args.metrics_listen,
-    )  # fmt: skip
+    )
     return run_agent(settings)

@@ -29,13 +29,26 @@ def register(sub: Any) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--once", action="store_true", help="scrape once and exit (the default)")
     g.add_argument("--count", type=int, metavar="N", help="scrape N times")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
-                   help="seconds between scrapes with --count (0 = back to back; default 1)")  # fmt: skip
-    p.add_argument("--format", choices=["json", "prometheus", "none"], default="json",
-                   help="json: a JSON array per scrape; prometheus: exposition text; none: print nothing")  # fmt: skip
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between scrapes with --count (0 = back to back; default 1)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["json", "prometheus", "none"],
+        default="json",
+        help="json: a JSON array per scrape; prometheus: exposition text; none: print nothing",
+    )
     p.add_argument("--sysfs-root", type=Path, metavar="DIR", help="sysfs mount to read (default /sys)")
-    p.add_argument("--collector", action="append", metavar="NAME",
-                   help="run only this collector (repeatable; default: those in the config, else infiniband)")  # fmt: skip
+    p.add_argument(
+        "--collector",
+        action="append",
+        metavar="NAME",
+        help="run only this collector (repeatable; default: those in the config, else infiniband)",
+    )
     p.add_argument("--node", help="node name to label readings with (default: hostname)")
     p.set_defaults(func=run)
 
@@ -70,8 +83,9 @@ async def _collect(settings: Any, args: argparse.Namespace) -> int:
     from fabricd.derived import derive
 
     try:
-        collectors = build_collectors(_configured(settings, args.collector), node=settings.node,
-                                      sysfs_root=settings.sysfs_root, registry=REGISTRY)  # fmt: skip
+        collectors = build_collectors(
+            _configured(settings, args.collector), node=settings.node, sysfs_root=settings.sysfs_root, registry=REGISTRY
+        )
     except CollectorConfigError as exc:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 2

@@ -15,13 +15,18 @@ S = TypeVar("S", bound=_Base)
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-c", "--config", type=Path, metavar="FILE",
+        "-c",
+        "--config",
+        type=Path,
+        metavar="FILE",
         help="settings file (YAML or TOML); FABRICD_* environment variables and flags override it",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], default=None,
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default=None,
         help="log level (default: info, or log_level in the config file)",
-    )  # fmt: skip
+    )
 
 
 def settings_or_exit(cls: type[S], args: argparse.Namespace, **overrides: Any) -> S:

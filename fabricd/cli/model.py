@@ -23,11 +23,19 @@ def register(sub: Any) -> None:
         "alpha-beta model of the fabric; calibrate it on healthy NCCL-tests logs; what-ifs with more "
         "nodes, another link rate or oversubscription. Formulas: docs/model.md.",
     )
-    p.add_argument("--topology", type=Path, metavar="FILE",
-                   help="YAML with a 'topology' mapping (a scenario file works): hcas_per_node, "
-                   "nodes_per_leaf, link_rate, gpus_per_node, oversubscription")  # fmt: skip
-    p.add_argument("--sysfs-root", type=Path, metavar="DIR",
-                   help="read HCA count and link rate of this node from sysfs (class/infiniband)")  # fmt: skip
+    p.add_argument(
+        "--topology",
+        type=Path,
+        metavar="FILE",
+        help="YAML with a 'topology' mapping (a scenario file works): hcas_per_node, "
+        "nodes_per_leaf, link_rate, gpus_per_node, oversubscription",
+    )
+    p.add_argument(
+        "--sysfs-root",
+        type=Path,
+        metavar="DIR",
+        help="read HCA count and link rate of this node from sysfs (class/infiniband)",
+    )
     p.add_argument("--link-rate", metavar="RATE", help="per-HCA link rate, e.g. 400G (default 400G)")
     p.add_argument("--hcas-per-node", type=int, metavar="N", help="network ports per node (default 8)")
     p.add_argument("--gpus-per-node", type=int, metavar="N", help="ranks per node (default 8)")
@@ -39,12 +47,25 @@ def register(sub: Any) -> None:
     p.add_argument("--op", choices=OPS, default="all_reduce", help="collective (default all_reduce)")
     p.add_argument("--algo", choices=ALGOS, default="ring", help="algorithm (default ring)")
     p.add_argument("--nodes", default="2", metavar="N,N,...", help="node counts, e.g. 16,32,64,128 (default 2)")
-    p.add_argument("--sizes", default="8:8G", metavar="LO:HI|S,S",
-                   help="message sizes: a factor-2 range like 8:8G, or a list 1M,1G (default 8:8G)")  # fmt: skip
-    p.add_argument("--calibrate", type=Path, action="append", metavar="LOG",
-                   help="healthy NCCL-tests log to fit alpha and efficiency on (repeatable)")  # fmt: skip
-    p.add_argument("--calibrate-nodes", type=int, metavar="N",
-                   help="node count of the calibration logs (default: hosts listed in the log)")  # fmt: skip
+    p.add_argument(
+        "--sizes",
+        default="8:8G",
+        metavar="LO:HI|S,S",
+        help="message sizes: a factor-2 range like 8:8G, or a list 1M,1G (default 8:8G)",
+    )
+    p.add_argument(
+        "--calibrate",
+        type=Path,
+        action="append",
+        metavar="LOG",
+        help="healthy NCCL-tests log to fit alpha and efficiency on (repeatable)",
+    )
+    p.add_argument(
+        "--calibrate-nodes",
+        type=int,
+        metavar="N",
+        help="node count of the calibration logs (default: hosts listed in the log)",
+    )
     p.add_argument("--calibrate-algo", choices=ALGOS, help="algorithm of the calibration logs (default --algo)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -88,12 +109,14 @@ def build_fabric(args: argparse.Namespace) -> Fabric:
         values.update(_from_sysfs(args.sysfs_root))
     flags = {
         "link_rate_bytes_per_second": parse_rate(args.link_rate) if args.link_rate else None,
-        "hcas_per_node": args.hcas_per_node, "gpus_per_node": args.gpus_per_node,
-        "nodes_per_leaf": args.nodes_per_leaf, "oversubscription": args.oversubscription,
+        "hcas_per_node": args.hcas_per_node,
+        "gpus_per_node": args.gpus_per_node,
+        "nodes_per_leaf": args.nodes_per_leaf,
+        "oversubscription": args.oversubscription,
         "nvlink_bytes_per_second": args.nvlink * 1e9 if args.nvlink else None,
         "alpha_seconds": args.alpha_us * 1e-6 if args.alpha_us is not None else None,
         "efficiency": args.efficiency,
-    }  # fmt: skip
+    }
     values.update({k: v for k, v in flags.items() if v is not None})
     return Fabric(**values)
 
@@ -125,8 +148,11 @@ def run(args: argparse.Namespace) -> int:
         fabric = replace(fabric, alpha_seconds=calibration.alpha_seconds, efficiency=calibration.efficiency)
     preds = [predict(args.op, s, n, fabric, args.algo) for n in nodes for s in sizes]
     if args.json:
-        out = {"fabric": asdict(fabric), "calibration": asdict(calibration) if calibration else None,
-               "predictions": [asdict(p) for p in preds]}  # fmt: skip
+        out = {
+            "fabric": asdict(fabric),
+            "calibration": asdict(calibration) if calibration else None,
+            "predictions": [asdict(p) for p in preds],
+        }
         print(json.dumps(out, indent=2))
         return 0
     _print_table(preds, fabric, calibration)
@@ -146,17 +172,28 @@ def _print_table(preds: list[Any], fabric: Fabric, calibration: Calibration | No
     from rich.table import Table
 
     console = Console(width=120)
-    console.print(f"fabric: {fabric.hcas_per_node} x {fabric.link_rate_bytes_per_second * 8 / 1e9:g} Gb/s per node, "
-                  f"{fabric.gpus_per_node} ranks/node, {fabric.nodes_per_leaf} nodes/leaf, oversubscription "
-                  f"{fabric.oversubscription:g}, alpha {fabric.alpha_seconds * 1e6:.2f} us, efficiency "
-                  f"{fabric.efficiency:.3f}")  # fmt: skip
+    console.print(
+        f"fabric: {fabric.hcas_per_node} x {fabric.link_rate_bytes_per_second * 8 / 1e9:g} Gb/s per node, "
+        f"{fabric.gpus_per_node} ranks/node, {fabric.nodes_per_leaf} nodes/leaf, oversubscription "
+        f"{fabric.oversubscription:g}, alpha {fabric.alpha_seconds * 1e6:.2f} us, efficiency "
+        f"{fabric.efficiency:.3f}"
+    )
     if calibration:
-        console.print(f"calibrated on {calibration.observations} rows ({calibration.latency_rows} latency, "
-                      f"{calibration.bandwidth_rows} bandwidth): median error {calibration.median_relative_error:.1%}")  # fmt: skip
+        console.print(
+            f"calibrated on {calibration.observations} rows ({calibration.latency_rows} latency, "
+            f"{calibration.bandwidth_rows} bandwidth): median error {calibration.median_relative_error:.1%}"
+        )
     table = Table("op", "algo", "nodes", "ranks", "size", "time", "algbw GB/s", "busbw GB/s")
     for p in preds:
         t = p.time_seconds
-        table.add_row(p.op, p.algo, str(p.nodes), str(p.ranks), _human_bytes(p.size_bytes),
-                      f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms",
-                      f"{p.algbw_bytes_per_second / 1e9:.2f}", f"{p.busbw_bytes_per_second / 1e9:.2f}")  # fmt: skip
+        table.add_row(
+            p.op,
+            p.algo,
+            str(p.nodes),
+            str(p.ranks),
+            _human_bytes(p.size_bytes),
+            f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms",
+            f"{p.algbw_bytes_per_second / 1e9:.2f}",
+            f"{p.busbw_bytes_per_second / 1e9:.2f}",
+        )
     console.print(table)

@@ -80,30 +80,53 @@ def register(sub: Any) -> None:
     )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server")
     common.add_argument("--json", action="store_true", help="print the server's JSON (for scripts)")
-    p = sub.add_parser("status", parents=[common], help="fleet summary: nodes, stale agents, open incidents", description="Fleet summary: nodes, stale agents, open incidents.")
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="fleet summary: nodes, stale agents, open incidents",
+        description="Fleet summary: nodes, stale agents, open incidents.",
+    )
     p.set_defaults(func=_runner(cmd_status))
-    p = sub.add_parser("incidents", parents=[common], help="list incidents, newest first", description="List incidents, newest first.")
+    p = sub.add_parser(
+        "incidents", parents=[common], help="list incidents, newest first", description="List incidents, newest first."
+    )
     p.add_argument("--open", action="store_true", help="only open (unacknowledged) incidents")
     p.add_argument("--state", choices=["open", "acked", "resolved"], help="only incidents in this state")
     p.add_argument("--kind", help="only this kind (congestion, packet_loss, hol_blocking, ...)")
     p.add_argument("--since", help="updated since (RFC 3339 or -2h)")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     p.set_defaults(func=_runner(cmd_incidents))
-    p = sub.add_parser("incident", parents=[common], help="one incident: evidence, localization, timeline", description="One incident: evidence, localization, timeline.")
+    p = sub.add_parser(
+        "incident",
+        parents=[common],
+        help="one incident: evidence, localization, timeline",
+        description="One incident: evidence, localization, timeline.",
+    )
     p.add_argument("id", type=int, help="incident id (see `fabricd incidents`)")
     p.set_defaults(func=_runner(cmd_incident))
-    p = sub.add_parser("ports", parents=[common], help="hottest ports: rates, errors, pause fraction", description="Hottest ports: rates, errors, pause fraction.")
+    p = sub.add_parser(
+        "ports",
+        parents=[common],
+        help="hottest ports: rates, errors, pause fraction",
+        description="Hottest ports: rates, errors, pause fraction.",
+    )
     p.add_argument("--top", type=int, default=20, help="how many ports (default 20)")
     p.add_argument("--node", help="only this node")
     p.add_argument(
-        "--sort", default="throughput", choices=["throughput", "utilization", "errors", "pause", "xmit_wait", "name"],
+        "--sort",
+        default="throughput",
+        choices=["throughput", "utilization", "errors", "pause", "xmit_wait", "name"],
         help="order by this column, hottest first (default throughput)",
     )
     p.add_argument("--state", help="only ports in this state (ACTIVE, down)")
     p.set_defaults(func=_runner(cmd_ports))
     for verb in ("ack", "resolve"):
-        p = sub.add_parser(verb, parents=[common], help=f"{verb} an incident (admin token)",
-                           description=f"{verb.capitalize()} an incident; needs an admin token.")
+        p = sub.add_parser(
+            verb,
+            parents=[common],
+            help=f"{verb} an incident (admin token)",
+            description=f"{verb.capitalize()} an incident; needs an admin token.",
+        )
         p.add_argument("id", type=int, help="incident id (see `fabricd incidents`)")
         p.add_argument("--note", default="", help="why (kept in the incident's timeline)")
         p.add_argument("--by", help="who (default: the token's name)")

@@ -31,17 +31,23 @@ def register(sub: Any) -> None:
     what.add_argument("--incident", type=int, metavar="ID", help="report on this incident")
     what.add_argument("--since", metavar="TIME", help="report on a time range from TIME (RFC 3339 or -2h)")
     p.add_argument("--until", metavar="TIME", help="end of the time range (default now)")
-    p.add_argument("--out", type=Path, default=Path("fabricd-report"), metavar="DIR",
-                   help="output folder (default ./fabricd-report)")  # fmt: skip
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("fabricd-report"),
+        metavar="DIR",
+        help="output folder (default ./fabricd-report)",
+    )
     p.add_argument("--png-only", action="store_true", help="write the PNG plots only, no report.html")
     p.add_argument("--pad", default="10m", metavar="DURATION", help="context around an incident (default 10m)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows of the hottest-ports table (default 10)")
     p.add_argument("--max-ports", type=int, default=6, metavar="N", help="implicated ports plotted (default 6)")
     _model_options(p)
     p.add_argument(
-        "--server", default=os.environ.get("FABRICD_SERVER", oncall.DEFAULT_SERVER),
+        "--server",
+        default=os.environ.get("FABRICD_SERVER", oncall.DEFAULT_SERVER),
         help=f"central service URL (env FABRICD_SERVER, default {oncall.DEFAULT_SERVER})",
-    )  # fmt: skip
+    )
     p.add_argument("--token", default=os.environ.get("FABRICD_TOKEN", ""), help="read token (env FABRICD_TOKEN)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each server answer")
     p.set_defaults(func=run)
@@ -58,8 +64,13 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--oversubscription", type=float, metavar="X", help="leaf down:up capacity ratio (default 1)")
     g.add_argument("--alpha-us", type=float, metavar="US", help="per-step latency, microseconds (default 8)")
     g.add_argument("--efficiency", type=float, metavar="F", help="achievable fraction of line rate (default 0.9)")
-    g.add_argument("--nccl-nodes", type=int, default=2, metavar="N",
-                   help="nodes in one NCCL-tests job (results do not record it; default 2)")  # fmt: skip
+    g.add_argument(
+        "--nccl-nodes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="nodes in one NCCL-tests job (results do not record it; default 2)",
+    )
 
 
 def build_query(args: argparse.Namespace, now: float) -> Any:
@@ -74,8 +85,11 @@ def build_query(args: argparse.Namespace, now: float) -> Any:
         since=_flag("--since", args.since, lambda v: parse_time(v, now)),
         until=_flag("--until", args.until, lambda v: parse_time(v, now)),
         pad_seconds=_flag("--pad", args.pad, parse_duration),
-        top=args.top, max_ports=args.max_ports, fabric=fabric, nccl_nodes=args.nccl_nodes,
-    )  # fmt: skip
+        top=args.top,
+        max_ports=args.max_ports,
+        fabric=fabric,
+        nccl_nodes=args.nccl_nodes,
+    )
 
 
 def _flag(flag: str, value: str | None, parse: Callable[[str], float]) -> Any:

@@ -19,12 +19,19 @@ def register(sub: Any) -> None:
     )
     add_config_option(p)
     p.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default {DEFAULT_LISTEN})")
-    p.add_argument("--db", metavar="URL",
-                   help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db "
-                   "(default sqlite:///<data-dir>/fabricd.db)")  # fmt: skip
+    p.add_argument(
+        "--db",
+        metavar="URL",
+        help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db (default sqlite:///<data-dir>/fabricd.db)",
+    )
     p.add_argument("--data-dir", type=Path, metavar="DIR", help="data folder, created on first start (default ./data)")
-    p.add_argument("--no-auth", dest="auth", action="store_false", default=None,
-                   help="accept unauthenticated ingest and API calls (demo and local tests only)")  # fmt: skip
+    p.add_argument(
+        "--no-auth",
+        dest="auth",
+        action="store_false",
+        default=None,
+        help="accept unauthenticated ingest and API calls (demo and local tests only)",
+    )
     p.add_argument("--tls-certfile", type=Path, metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-keyfile", type=Path, metavar="FILE", help="private key for --tls-certfile (PEM)")
     p.set_defaults(func=run)
@@ -35,7 +42,13 @@ def run(args: argparse.Namespace) -> int:
     from fabricd.settings import ServerSettings
 
     settings = settings_or_exit(
-        ServerSettings, args, listen=args.listen, db=args.db, data_dir=args.data_dir, auth=args.auth,
-        tls_certfile=args.tls_certfile, tls_keyfile=args.tls_keyfile,
-    )  # fmt: skip
+        ServerSettings,
+        args,
+        listen=args.listen,
+        db=args.db,
+        data_dir=args.data_dir,
+        auth=args.auth,
+        tls_certfile=args.tls_certfile,
+        tls_keyfile=args.tls_keyfile,
+    )
     return serve(settings)

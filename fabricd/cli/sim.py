@@ -65,8 +65,11 @@ def run_sim(args: argparse.Namespace) -> int:
         f"x{args.speed:g}; agent configs in {agents}; ground truth in {args.out}/truth.json",
         file=sys.stderr,
     )
-    print(f"  e.g. fabricd agent --node {handle.nodes[0]} --sysfs-root {handle.sysfs_root(handle.nodes[0])} "
-          f"--config {agents / (handle.nodes[0] + '.yaml')}", file=sys.stderr)  # fmt: skip
+    print(
+        f"  e.g. fabricd agent --node {handle.nodes[0]} --sysfs-root {handle.sysfs_root(handle.nodes[0])} "
+        f"--config {agents / (handle.nodes[0] + '.yaml')}",
+        file=sys.stderr,
+    )
     try:
         while handle._thread is not None and handle._thread.is_alive():
             time.sleep(0.5)

@@ -24,7 +24,11 @@ def register(sub: Any) -> None:
         "of each token is stored; `create` prints the token once.",
     )
     tsub = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)
-    create = tsub.add_parser("create", help="create a token and print it", description="Create a token and print it (shown once; only its digest is stored).")
+    create = tsub.add_parser(
+        "create",
+        help="create a token and print it",
+        description="Create a token and print it (shown once; only its digest is stored).",
+    )
     create.add_argument(
         "--role",
         required=True,
@@ -33,9 +37,17 @@ def register(sub: Any) -> None:
     )
     create.add_argument("--node", metavar="NAME", help="bind an agent token to one node name")
     create.add_argument("--note", default="", help="a note shown in `token list` (who or what uses it)")
-    revoke = tsub.add_parser("revoke", help="revoke a token by id or by the token itself", description="Revoke a token by id or by the token itself; it stops working within seconds.")
+    revoke = tsub.add_parser(
+        "revoke",
+        help="revoke a token by id or by the token itself",
+        description="Revoke a token by id or by the token itself; it stops working within seconds.",
+    )
     revoke.add_argument("which", metavar="ID|TOKEN", help="the token id from `token list`, or the token")
-    lst = tsub.add_parser("list", help="list tokens (never the tokens themselves)", description="List tokens: id, role, node, note, created and revoked times (never the tokens).")
+    lst = tsub.add_parser(
+        "list",
+        help="list tokens (never the tokens themselves)",
+        description="List tokens: id, role, node, note, created and revoked times (never the tokens).",
+    )
     lst.add_argument("--json", action="store_true", help="JSON output for scripts")
     for q in (create, revoke, lst):
         add_config_option(q)

@@ -37,8 +37,11 @@ class EvalContext:
 
     def of(self, kinds: Iterable[IncidentKind], signals: Iterable[str] | None = None) -> list[Finding]:
         ks, sig = set(kinds), set(signals) if signals is not None else None
-        return [f for f in self.findings if id(f) not in self.claimed and f.rule.kind in ks
-                and (sig is None or f.signal in sig)]  # fmt: skip
+        return [
+            f
+            for f in self.findings
+            if id(f) not in self.claimed and f.rule.kind in ks and (sig is None or f.signal in sig)
+        ]
 
     def signal(self, *signals: str) -> list[Finding]:
         wanted = set(signals)
@@ -85,10 +88,16 @@ class EvalContext:
 
 def evidence(f: Finding) -> Evidence:
     return Evidence(
-        signal=f.signal, node=f.node, device=f.device, port=f.port, value=round(f.value, 6),
-        threshold=f.rule.condition.threshold, ts=f.last_ts, labels=f.labels,
+        signal=f.signal,
+        node=f.node,
+        device=f.device,
+        port=f.port,
+        value=round(f.value, 6),
+        threshold=f.rule.condition.threshold,
+        ts=f.last_ts,
+        labels=f.labels,
         note=f"rule {f.rule.name} ({f.rule.signal} {f.rule.condition}, for {f.rule.for_seconds:g}s)",
-    )  # fmt: skip
+    )
 
 
 def affected_of(findings: Iterable[Finding]) -> list[str]:
@@ -107,8 +116,9 @@ def strongest(findings: Sequence[Finding]) -> Finding:
     return max(findings, key=lambda f: f.value / (f.rule.condition.threshold or 1.0))
 
 
-def proposal(kind: IncidentKind, element: str, cluster: Cluster | None, findings: Sequence[Finding],
-             what: str) -> Proposal:  # fmt: skip
+def proposal(
+    kind: IncidentKind, element: str, cluster: Cluster | None, findings: Sequence[Finding], what: str
+) -> Proposal:
     """A proposal with summary ``<element> <what> since HH:MM UTC, N affected, <top signal>``."""
     top = strongest(findings)
     started = min(f.started_ts for f in findings)
@@ -119,8 +129,16 @@ def proposal(kind: IncidentKind, element: str, cluster: Cluster | None, findings
     summary = f"{element} {what} since {hhmm(started)} UTC, {scope}, {top.signal} at {value} on {top.node}"
     evs = sorted((evidence(f) for f in findings), key=lambda e: -e.value / (e.threshold or 1.0))
     candidates = cluster.candidates if cluster is not None else []
-    return Proposal(kind, element, list(candidates), affected_of(findings), evs,
-                    max_severity([f.severity for f in findings]), started, summary)  # fmt: skip
+    return Proposal(
+        kind,
+        element,
+        list(candidates),
+        affected_of(findings),
+        evs,
+        max_severity([f.severity for f in findings]),
+        started,
+        summary,
+    )
 
 
 NETWORK_TYPES = frozenset({"fabric_link", "switch"})
@@ -148,13 +166,24 @@ class PairGuard:
     def passes(self, c: Cluster) -> bool:
         from fabricd.detect.localize import element_type
 
-        return (c.pair_count >= self.min_pairs and c.consistency >= self.min_consistency
-                and element_type(c.element) in self.types)  # fmt: skip
+        return (
+            c.pair_count >= self.min_pairs
+            and c.consistency >= self.min_consistency
+            and element_type(c.element) in self.types
+        )
 
 
-def cluster_network(ctx: EvalContext, kind: IncidentKind, ev: Evidence3, what: str, *,
-                    absorb_strong: bool, weak_weight: float = 0.25, guard: PairGuard | None = None,
-                    absorb_into: Collection[str] = ()) -> list[Proposal]:  # fmt: skip
+def cluster_network(
+    ctx: EvalContext,
+    kind: IncidentKind,
+    ev: Evidence3,
+    what: str,
+    *,
+    absorb_strong: bool,
+    weak_weight: float = 0.25,
+    guard: PairGuard | None = None,
+    absorb_into: Collection[str] = (),
+) -> list[Proposal]:
     """Vote over pair and port symptoms, then tidy the clusters into one proposal per root cause.
 
     A fabric-level cluster (a fabric link or a switch) is explained by pairs; port-only clusters next
@@ -184,7 +213,11 @@ def cluster_network(ctx: EvalContext, kind: IncidentKind, ev: Evidence3, what: s
         if _lingering(ctx, cluster, absorb_into):
             ctx.claim(s.ref for s in cluster.symptoms)
             continue
-        if guard is not None and not any(id(s.ref) in strong_ids for s in cluster.symptoms) and not guard.passes(cluster):
+        if (
+            guard is not None
+            and not any(id(s.ref) in strong_ids for s in cluster.symptoms)
+            and not guard.passes(cluster)
+        ):
             continue
         findings = [s.ref for s in cluster.symptoms] + [s.ref for c in folded.get(id(cluster), []) for s in c.symptoms]
         ctx.claim(findings)
@@ -201,7 +234,9 @@ def _lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str
     return all(ctx.localizer.crosses(s.ref.node, s.ref.device, open_elements) for s in cluster.symptoms)
 
 
-def _tidy(clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int]) -> tuple[list[Cluster], dict[int, list[Cluster]]]:
+def _tidy(
+    clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int]
+) -> tuple[list[Cluster], dict[int, list[Cluster]]]:
     from fabricd.detect.localize import element_type
 
     def has_pairs(c: Cluster) -> bool:

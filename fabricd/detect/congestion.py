@@ -48,9 +48,15 @@ def propose(ctx: EvalContext) -> list[Proposal]:
     ev = Evidence3(pairs, [f for f in found if f.signal in STRONG], [f for f in found if f.signal in WEAK])
     if not pairs and spread(ctx, ev.strong):
         return by_leaf(ctx, IncidentKind.CONGESTION, found, "(or one of its uplinks) is congested")
-    guard = PairGuard(int(ctx.param("congestion_rtt_min_pairs", 3)),
-                      ctx.param("congestion_rtt_consistency", 0.75), QUEUE_ELEMENTS)  # fmt: skip
-    return cluster_network(ctx, IncidentKind.CONGESTION, ev, "is congested", absorb_strong=True, guard=guard,
-                           absorb_into=ctx.open_elements.get(IncidentKind.CONGESTION, set()))  # fmt: skip
-
-
+    guard = PairGuard(
+        int(ctx.param("congestion_rtt_min_pairs", 3)), ctx.param("congestion_rtt_consistency", 0.75), QUEUE_ELEMENTS
+    )
+    return cluster_network(
+        ctx,
+        IncidentKind.CONGESTION,
+        ev,
+        "is congested",
+        absorb_strong=True,
+        guard=guard,
+        absorb_into=ctx.open_elements.get(IncidentKind.CONGESTION, set()),
+    )

@@ -33,8 +33,9 @@ INTERNAL_SIGNALS = frozenset({"rtt_p99", "nccl_time"})
 
 
 class DetectionEngine:
-    def __init__(self, rules: RuleSet | None = None, rule_paths: Iterable[Path] | None = None,
-                 round_tolerance: float = 0.5) -> None:  # fmt: skip
+    def __init__(
+        self, rules: RuleSet | None = None, rule_paths: Iterable[Path] | None = None, round_tolerance: float = 0.5
+    ) -> None:
         self.rules = rules if rules is not None else load_rules(rule_paths, SIGNALS)
         self.tol = round_tolerance  # samples this close in time belong to one scrape round
         p = self.rules.param
@@ -58,8 +59,9 @@ class DetectionEngine:
 
     # --- configuration -------------------------------------------------------------------------
 
-    def set_topology(self, topology: Any,
-                     path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None) -> None:
+    def set_topology(
+        self, topology: Any, path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None
+    ) -> None:
         """Use ``topology`` (``fabricd.topology.Topology``) for element ids and paths.
 
         ``path_oracle(src_node, dst_node)`` (or a mapping) gives the elements a probe between two
@@ -112,10 +114,14 @@ class DetectionEngine:
         if signal == "rtt_p99":
             self._pairs[(node, device)] = ts
             own, _ = self.rtt.score(("rtt",), (node, device), ts, value)
-            self._observe("rtt_p99_outlier", node, device, port, labels, ts, own if self._ready_rtt(node, device) else 0.0)
+            self._observe(
+                "rtt_p99_outlier", node, device, port, labels, ts, own if self._ready_rtt(node, device) else 0.0
+            )
             return
         if signal == "nccl_time":
-            _, fleet = self.nccl.score((device, *(v for _, v in labels)), (node, device, *(v for _, v in labels)), ts, value)
+            _, fleet = self.nccl.score(
+                (device, *(v for _, v in labels)), (node, device, *(v for _, v in labels)), ts, value
+            )
             self._observe("nccl_time_outlier", node, device, port, labels, ts, fleet)
             return
         if signal == "probe_loss_fraction":
@@ -148,8 +154,15 @@ class DetectionEngine:
         self._last_eval = now
 
     def _propose(self, now: float, firing: list[Any]) -> list[Proposal]:
-        ctx = EvalContext(now, firing, self.localizer, self._hca_map(), self._healthy(now), params=self.rules.params,
-                          rx_utilization=self._rx_utilization())  # fmt: skip
+        ctx = EvalContext(
+            now,
+            firing,
+            self.localizer,
+            self._hca_map(),
+            self._healthy(now),
+            params=self.rules.params,
+            rx_utilization=self._rx_utilization(),
+        )
         for inc in self.book.open():
             ctx.open_elements.setdefault(inc.kind, set()).add(inc.element)
             if inc.kind not in (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY):
@@ -161,8 +174,11 @@ class DetectionEngine:
 
     def _rx_utilization(self) -> dict[str, float]:
         """Last receive utilization per HCA port (context for the HOL root: the incast receiver)."""
-        return {f"{node}/{dev}": c.rx_utilization for (node, dev, _), c in self.extractor.ports.items()
-                if c.rx_utilization is not None}  # fmt: skip
+        return {
+            f"{node}/{dev}": c.rx_utilization
+            for (node, dev, _), c in self.extractor.ports.items()
+            if c.rx_utilization is not None
+        }
 
     def _healthy(self, now: float) -> list[tuple[str, str]]:
         horizon = now - self.rules.lifecycle.stale_seconds
@@ -205,7 +221,7 @@ def _baseline(rules: RuleSet, prefix: str) -> BaselineParams:
 def _natural(name: str) -> tuple[str, int]:
     """``eth2`` before ``eth10``."""
     stem = name.rstrip("0123456789")
-    digits = name[len(stem):]
+    digits = name[len(stem) :]
     return (stem, int(digits) if digits else -1)
 
 

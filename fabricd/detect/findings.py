@@ -64,8 +64,9 @@ class Tracker:
         self._windows: dict[FindingKey, deque[tuple[float, float]]] = {}
         self.changed = False  # a finding started or stopped firing since the last ``take_changed``
 
-    def observe(self, rule: Rule, node: str, device: str, port: str, labels: Labels, ts: float,
-                value: float) -> Finding | None:  # fmt: skip
+    def observe(
+        self, rule: Rule, node: str, device: str, port: str, labels: Labels, ts: float, value: float
+    ) -> Finding | None:
         """Feed one observation; returns the finding when it is firing after this observation."""
         key = (rule.name, node, device, port, labels)
         f = self._state.get(key)

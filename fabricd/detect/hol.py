@@ -38,7 +38,13 @@ from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
 from fabricd.model import Candidate, IncidentKind
 
-ROOT_SIGNALS = ("ecn_marked_fraction", "cnp_sent_rate", "tx_pause_fraction", "xmit_wait_fraction", "qdisc_backlog_bytes")
+ROOT_SIGNALS = (
+    "ecn_marked_fraction",
+    "cnp_sent_rate",
+    "tx_pause_fraction",
+    "xmit_wait_fraction",
+    "qdisc_backlog_bytes",
+)
 VICTIM_SIGNALS = ("rtt_p99_outlier", "nccl_time_outlier")  # what a paused host's pairs and jobs show
 THROTTLED = ("cnp_handled_rate", "xmit_wait_fraction")  # senders slowed by someone else's queue
 
@@ -88,8 +94,9 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
         root, score = _quiet_root(ctx, leaf, stalled) if leaf is not None else (None, 0.0)
     if root is None:
         return []  # pauses with no congested port to blame: left to the congestion detector
-    root_findings = [f for f in ctx.findings if id(f) not in ctx.claimed and ctx.hca(f) == root
-                     and f.signal in ROOT_SIGNALS]  # fmt: skip
+    root_findings = [
+        f for f in ctx.findings if id(f) not in ctx.claimed and ctx.hca(f) == root and f.signal in ROOT_SIGNALS
+    ]
     real_victims = [f for f in victims if ctx.hca(f) != root]
     stalled_ports = {p for p in stalled if p != root}
     ctx.claim(root_findings + victims)
@@ -97,8 +104,9 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
     evidence = root_findings + real_victims + (slow if not real_victims else [])
     if not evidence:
         return []
-    p = proposal(IncidentKind.HOL_BLOCKING, root, None, evidence,
-                 "is blocking its fabric (head-of-line: PFC pauses spreading)")  # fmt: skip
+    p = proposal(
+        IncidentKind.HOL_BLOCKING, root, None, evidence, "is blocking its fabric (head-of-line: PFC pauses spreading)"
+    )
     p.candidates = [Candidate(root, round(score, 4)), Candidate(ctx.localizer.host_link(root), round(score / 2, 4))]
     if leaf:
         p.candidates.append(Candidate(leaf, round(score / 4, 4)))

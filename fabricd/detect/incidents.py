@@ -115,11 +115,19 @@ class IncidentBook:
     @staticmethod
     def _new(p: Proposal, now: float) -> Incident:
         return Incident(
-            key=p.key, kind=p.kind, severity=p.severity, state=IncidentState.OPEN, element=p.element,
-            summary=p.summary, started_ts=p.started_ts, updated_ts=now, candidates=list(p.candidates),
-            affected=sorted(p.affected)[:MAX_AFFECTED], evidence=list(p.evidence[:MAX_EVIDENCE]),
+            key=p.key,
+            kind=p.kind,
+            severity=p.severity,
+            state=IncidentState.OPEN,
+            element=p.element,
+            summary=p.summary,
+            started_ts=p.started_ts,
+            updated_ts=now,
+            candidates=list(p.candidates),
+            affected=sorted(p.affected)[:MAX_AFFECTED],
+            evidence=list(p.evidence[:MAX_EVIDENCE]),
             timeline=[(p.started_ts, "first symptom"), (now, f"opened: {p.summary}")],
-        )  # fmt: skip
+        )
 
     def _reopen(self, e: _Entry, now: float) -> None:
         inc = e.incident

@@ -126,6 +126,7 @@ class Baselines:
 
 # --- proposals ------------------------------------------------------------------------------------
 
+
 def propose(ctx: EvalContext) -> list[Proposal]:
     out = _tail(ctx)
     out.extend(_stragglers(ctx))
@@ -140,9 +141,15 @@ def _tail(ctx: EvalContext) -> list[Proposal]:
     # switch): slow pairs that consistently share an element (typically an end host answering
     # slowly). Pairs crossing an element with an open network incident are that incident's.
     guard = PairGuard(int(ctx.param("tail_min_pairs", 3)), ctx.param("tail_consistency", 0.75), ANY_ELEMENT)
-    return cluster_network(ctx, IncidentKind.TAIL_LATENCY, Evidence3(pairs, [], []),
-                           "has tail latency above its baseline", absorb_strong=True, guard=guard,
-                           absorb_into=ctx.open_network_elements())  # fmt: skip
+    return cluster_network(
+        ctx,
+        IncidentKind.TAIL_LATENCY,
+        Evidence3(pairs, [], []),
+        "has tail latency above its baseline",
+        absorb_strong=True,
+        guard=guard,
+        absorb_into=ctx.open_network_elements(),
+    )
 
 
 def _stragglers(ctx: EvalContext) -> list[Proposal]:

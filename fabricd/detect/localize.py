@@ -64,7 +64,9 @@ class Cluster:
 class Localizer:
     """Maps nodes, ports and pairs to element ids, and explains symptoms by voting."""
 
-    def __init__(self, topology: Any = None, path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None) -> None:
+    def __init__(
+        self, topology: Any = None, path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None
+    ) -> None:
         self.topology = topology
         self._oracle = _as_oracle(path_oracle)
         self._host_link: dict[str, str] = {}
@@ -149,7 +151,9 @@ class Localizer:
 
     # --- voting --------------------------------------------------------------------------------
 
-    def explain(self, bad: Sequence[Symptom], healthy: Iterable[Symptom] = (), *, min_share: float = 0.0) -> list[Cluster]:
+    def explain(
+        self, bad: Sequence[Symptom], healthy: Iterable[Symptom] = (), *, min_share: float = 0.0
+    ) -> list[Cluster]:
         """Greedy cover of ``bad`` by best-scoring elements; one cluster per chosen element."""
         remaining = list(bad)
         good = _votes(healthy)

@@ -34,8 +34,7 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.LINK_FLAP])
     ports = [f for f in found if f.signal == "link_down_rate"]
     pairs = [f for f in found if f.signal == "probe_loss_fraction"]
-    out = cluster_network(ctx, IncidentKind.LINK_FLAP, Evidence3(pairs, ports, []), "is flapping",
-                          absorb_strong=False)  # fmt: skip
+    out = cluster_network(ctx, IncidentKind.LINK_FLAP, Evidence3(pairs, ports, []), "is flapping", absorb_strong=False)
     # Between outages the flap incident is still open: its probe loss is still the flap's.
     _claim_crossing(ctx, [p.element for p in out] + sorted(ctx.open_elements.get(IncidentKind.LINK_FLAP, ())))
     return out
@@ -43,13 +42,22 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
 
 def _loss(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.PACKET_LOSS])
-    ev = Evidence3([f for f in found if f.signal == "probe_loss_fraction"],
-                   [f for f in found if f.signal in STRONG], [f for f in found if f.signal in WEAK])  # fmt: skip
+    ev = Evidence3(
+        [f for f in found if f.signal == "probe_loss_fraction"],
+        [f for f in found if f.signal in STRONG],
+        [f for f in found if f.signal in WEAK],
+    )
     if not ev.pairs and not ev.strong and spread(ctx, ev.weak):
         # Sequence errors at the ends of many flows, no errors on any host port: a fabric link.
         return by_leaf(ctx, IncidentKind.PACKET_LOSS, ev.weak, "(or one of its uplinks) is dropping packets")
-    return cluster_network(ctx, IncidentKind.PACKET_LOSS, ev, "is dropping packets", absorb_strong=False,
-                           absorb_into=ctx.open_elements.get(IncidentKind.PACKET_LOSS, set()))  # fmt: skip
+    return cluster_network(
+        ctx,
+        IncidentKind.PACKET_LOSS,
+        ev,
+        "is dropping packets",
+        absorb_strong=False,
+        absorb_into=ctx.open_elements.get(IncidentKind.PACKET_LOSS, set()),
+    )
 
 
 def _claim_crossing(ctx: EvalContext, elements: list[str]) -> None:

@@ -26,13 +26,17 @@ from fabricd.model import IncidentKind, Severity
 RULES_DIR = Path(__file__).resolve().parent.parent.parent / "rules" / "detection"
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
-    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
-}  # fmt: skip
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 _CONDITION = re.compile(r"^\s*(>=|<=|>|<)\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%?)\s*$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_RULE_KEYS = frozenset({"name", "kind", "signal", "condition", "window", "for", "severity", "critical",
-                        "clear", "description"})  # fmt: skip
+_RULE_KEYS = frozenset(
+    {"name", "kind", "signal", "condition", "window", "for", "severity", "critical", "clear", "description"}
+)
 
 
 class RuleError(ValueError):
@@ -151,7 +155,9 @@ def parse_rule(raw: Any, source: str, key: str, signals: Iterable[str] | None = 
             raise RuleError(source, f"{key}.{required}", "is required")
     known = set(signals) if signals is not None else None
     if known is not None and raw["signal"] not in known:
-        raise RuleError(source, f"{key}.signal", f"unknown signal {raw['signal']!r} (known: {', '.join(sorted(known))})")
+        raise RuleError(
+            source, f"{key}.signal", f"unknown signal {raw['signal']!r} (known: {', '.join(sorted(known))})"
+        )
     return Rule(
         name=str(raw["name"]),
         kind=_enum(IncidentKind, raw["kind"], source, f"{key}.kind"),
@@ -170,8 +176,13 @@ def parse_rule(raw: Any, source: str, key: str, signals: Iterable[str] | None = 
 def _lifecycle(raw: Any, source: str) -> Lifecycle:
     if not isinstance(raw, Mapping):
         raise RuleError(source, "lifecycle", "must be a mapping")
-    fields = {"quiet": "quiet_seconds", "reopen_window": "reopen_seconds", "flap_window": "flap_window_seconds",
-              "flap_hold": "flap_hold_seconds", "stale": "stale_seconds"}  # fmt: skip
+    fields = {
+        "quiet": "quiet_seconds",
+        "reopen_window": "reopen_seconds",
+        "flap_window": "flap_window_seconds",
+        "flap_hold": "flap_hold_seconds",
+        "stale": "stale_seconds",
+    }
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if key == "flap_count":
@@ -230,7 +241,9 @@ def load_rules(paths: Iterable[Path] | None = None, signals: Iterable[str] | Non
         part = parse_document(doc, path.name, sig)
         for i, rule in enumerate(part.rules):
             if rule.name in names:
-                raise RuleError(path.name, f"rules[{i}].name", f"duplicate rule name {rule.name!r} (also in {names[rule.name]})")
+                raise RuleError(
+                    path.name, f"rules[{i}].name", f"duplicate rule name {rule.name!r} (also in {names[rule.name]})"
+                )
             names[rule.name] = path.name
         merged.rules.extend(part.rules)
         merged.params.update(part.params)

@@ -18,22 +18,47 @@ LINK_BYTES_PER_SECOND = 400 * 125_000_000.0  # 400 Gb/s
 Overrides = Callable[[float, str, str], Mapping[str, float | None]]  # (ts, node, hca) -> metric -> rate
 
 
-def counter(ts: float, source: str, device: str, metric: str, rate: float | None, *, port: str = "",
-            unit: str = "", labels: Mapping[str, str] | None = None, name: str = "",
-            status: Status = Status.OK) -> Sample:  # fmt: skip
+def counter(
+    ts: float,
+    source: str,
+    device: str,
+    metric: str,
+    rate: float | None,
+    *,
+    port: str = "",
+    unit: str = "",
+    labels: Mapping[str, str] | None = None,
+    name: str = "",
+    status: Status = Status.OK,
+) -> Sample:
     r = Reading(source, device, port, metric, 0.0, unit, Kind.COUNTER, labels_of(labels), name)
     if rate is None and status is Status.OK:
         status = Status.SATURATED
     return Sample(ts, r, rate, status, ts if status is Status.SATURATED else None)
 
 
-def gauge(ts: float, source: str, device: str, metric: str, value: float, *, port: str = "",
-          labels: Mapping[str, str] | None = None, name: str = "") -> Sample:  # fmt: skip
+def gauge(
+    ts: float,
+    source: str,
+    device: str,
+    metric: str,
+    value: float,
+    *,
+    port: str = "",
+    labels: Mapping[str, str] | None = None,
+    name: str = "",
+) -> Sample:
     return Sample(ts, Reading(source, device, port, metric, value, "", Kind.GAUGE, labels_of(labels), name, 0), None)
 
 
-def ib_port(ts: float, device: str, rates: Mapping[str, float | None], *, link_rate: float = LINK_BYTES_PER_SECOND,
-            state: float = 4.0) -> list[Sample]:  # fmt: skip
+def ib_port(
+    ts: float,
+    device: str,
+    rates: Mapping[str, float | None],
+    *,
+    link_rate: float = LINK_BYTES_PER_SECOND,
+    state: float = 4.0,
+) -> list[Sample]:
     """One InfiniBand/RoCE HCA port scrape: counters/ and hw_counters/ rates, state and rate gauges."""
     out = [counter(ts, "infiniband", device, m, v, port="1") for m, v in rates.items()]
     out.append(gauge(ts, "infiniband", device, "rate", link_rate, port="1"))
@@ -46,19 +71,38 @@ def healthy_rates(utilization: float = 0.6) -> dict[str, float | None]:
     data = utilization * LINK_BYTES_PER_SECOND
     pps = data / 4096
     return {
-        "port_xmit_data": data, "port_rcv_data": data, "port_xmit_packets": pps, "port_rcv_packets": pps,
-        "np_ecn_marked_roce_packets": pps * 0.001, "np_cnp_sent": 50.0, "rp_cnp_handled": 50.0,
-        "port_xmit_wait": 0.005 * LINK_BYTES_PER_SECOND / 8, "symbol_error": 0.0, "port_rcv_errors": 0.0,
-        "link_downed": 0.0, "port_xmit_discards": 0.0, "out_of_sequence": 0.0, "packet_seq_err": 0.0,
-        "roce_adp_retrans": 0.0, "local_ack_timeout_err": 0.0,
-    }  # fmt: skip
+        "port_xmit_data": data,
+        "port_rcv_data": data,
+        "port_xmit_packets": pps,
+        "port_rcv_packets": pps,
+        "np_ecn_marked_roce_packets": pps * 0.001,
+        "np_cnp_sent": 50.0,
+        "rp_cnp_handled": 50.0,
+        "port_xmit_wait": 0.005 * LINK_BYTES_PER_SECOND / 8,
+        "symbol_error": 0.0,
+        "port_rcv_errors": 0.0,
+        "link_downed": 0.0,
+        "port_xmit_discards": 0.0,
+        "out_of_sequence": 0.0,
+        "packet_seq_err": 0.0,
+        "roce_adp_retrans": 0.0,
+        "local_ack_timeout_err": 0.0,
+    }
 
 
 def pause(ts: float, ifname: str, direction: str, fraction: float, priority: str = "3") -> Sample:
     """rx/tx pause duration rate (seconds paused per second) as the ethtool collector names it."""
     raw = f"{direction}_prio{priority}_pause_duration"
-    return counter(ts, "ethtool", ifname, raw, fraction, unit="seconds", labels={"priority": priority},
-                   name=f"{direction}_pause_duration")  # fmt: skip
+    return counter(
+        ts,
+        "ethtool",
+        ifname,
+        raw,
+        fraction,
+        unit="seconds",
+        labels={"priority": priority},
+        name=f"{direction}_pause_duration",
+    )
 
 
 def probes(ts: float, peer: str, sent: float, lost: float, p99: float | None) -> list[Sample]:
@@ -83,10 +127,14 @@ class Cluster:
     probe_peers: Mapping[str, list[str]] = field(default_factory=dict)
     nccl: bool = False
 
-    def rounds(self, count: int, port: Overrides | None = None,
-               pairs: Callable[[float, str, str], tuple[float, float]] | None = None,
-               nccl: Callable[[float, str], float] | None = None,
-               extra: Callable[[float, str], list[Sample]] | None = None) -> Iterator[list[tuple[str, Sample]]]:  # fmt: skip
+    def rounds(
+        self,
+        count: int,
+        port: Overrides | None = None,
+        pairs: Callable[[float, str, str], tuple[float, float]] | None = None,
+        nccl: Callable[[float, str], float] | None = None,
+        extra: Callable[[float, str], list[Sample]] | None = None,
+    ) -> Iterator[list[tuple[str, Sample]]]:
         """``count`` scrape rounds; ``pairs`` -> (loss fraction, p99 s), ``nccl`` -> time (s)."""
         for i in range(count):
             ts = self.start + i * self.interval
@@ -123,6 +171,7 @@ def spine_of(src: str, dst: str, spines: int) -> int:
 
 def path_oracle(topology: Any, spines: int) -> Callable[[str, str], list[str]]:
     """The links a probe between two nodes crosses under ``spine_of`` (rail mlx5_0)."""
+
     def path(src: str, dst: str) -> list[str]:
         a, b = f"{src}/mlx5_0", f"{dst}/mlx5_0"
         up, down = topology.uplink(a), topology.uplink(b)

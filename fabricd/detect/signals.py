@@ -75,7 +75,7 @@ SIGNALS: dict[str, str] = {
     "rtt_p99_outlier": "pingmesh p99 RTT against its robust baselines (score)",
     "nccl_time_outlier": "NCCL-tests time against its robust baselines (score)",
     "nccl_efficiency_sustained": f"best NCCL-tests efficiency (measured / model busbw) of the node's last "
-                                 f"{EFFICIENCY_RUNS} runs, per op and size",
+    f"{EFFICIENCY_RUNS} runs, per op and size",
 }
 
 PHY_ERRORS = ("symbol_error", "port_rcv_errors", "rx_crc_errors", "rx_symbol_errors")
@@ -86,18 +86,40 @@ LINK_DOWNS = ("link_downed", "link_down_events", "carrier_changes")
 
 # The metrics each source handler reads; everything else is skipped before it costs anything.
 WANTED: dict[str, frozenset[str]] = {
-    IB: frozenset({
-        "port_rcv_packets", "np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "port_xmit_wait",
-        "rate", "state", "port_xmit_data", "port_rcv_data", *PHY_ERRORS, *DISCARDS, *SEQ_ERRORS, *RETRANSMITS,
-        *LINK_DOWNS,
-    }),
-    ETHTOOL: frozenset({"rx_pause_duration", "tx_pause_duration", "tx_pause_storm_warning_events",
-                        "tx_pause_storm_error_events", *PHY_ERRORS, *DISCARDS, *LINK_DOWNS}),
+    IB: frozenset(
+        {
+            "port_rcv_packets",
+            "np_ecn_marked_roce_packets",
+            "np_cnp_sent",
+            "rp_cnp_handled",
+            "port_xmit_wait",
+            "rate",
+            "state",
+            "port_xmit_data",
+            "port_rcv_data",
+            *PHY_ERRORS,
+            *DISCARDS,
+            *SEQ_ERRORS,
+            *RETRANSMITS,
+            *LINK_DOWNS,
+        }
+    ),
+    ETHTOOL: frozenset(
+        {
+            "rx_pause_duration",
+            "tx_pause_duration",
+            "tx_pause_storm_warning_events",
+            "tx_pause_storm_error_events",
+            *PHY_ERRORS,
+            *DISCARDS,
+            *LINK_DOWNS,
+        }
+    ),
     NETLINK: frozenset({"qdisc_backlog_bytes", "qdisc_overlimits", "qdisc_drops", "carrier_changes"}),
     PINGMESH: frozenset({"probes_sent", "probes_lost", "rtt_p99"}),
     NCCL: frozenset({"time"}),
     DERIVED: frozenset({"nccl_efficiency"}),
-}  # fmt: skip
+}
 RAW_NAMED = frozenset({IB, PINGMESH, NCCL, DERIVED})  # sources whose raw counter name is the detector's key
 
 # name -> (metric, port, labels) values of one scrape; counters hold their rate (or None).
@@ -198,8 +220,15 @@ class Extractor:
                 emit(signal, node, dev, port, NO_PRIORITY, ts, v)
         wait = rec.get("port_xmit_wait", port)
         if wait is not None and ctx.link_rate:
-            emit("xmit_wait_fraction", node, dev, port, NO_PRIORITY, ts,
-                 min(1.0, wait * XMIT_WAIT_BYTES_PER_TICK / ctx.link_rate))  # fmt: skip
+            emit(
+                "xmit_wait_fraction",
+                node,
+                dev,
+                port,
+                NO_PRIORITY,
+                ts,
+                min(1.0, wait * XMIT_WAIT_BYTES_PER_TICK / ctx.link_rate),
+            )
         self._errors(rec, port, down)
 
     def _ib_context(self, rec: Record, port: str, ctx: PortContext) -> float:
@@ -221,8 +250,12 @@ class Extractor:
         return 0.0
 
     def _errors(self, rec: Record, port: str, down: float = 0.0) -> None:
-        for metrics, signal in ((PHY_ERRORS, "phy_error_rate"), (DISCARDS, "discard_rate"),
-                                (SEQ_ERRORS, "seq_error_rate"), (RETRANSMITS, "retransmit_rate")):  # fmt: skip
+        for metrics, signal in (
+            (PHY_ERRORS, "phy_error_rate"),
+            (DISCARDS, "discard_rate"),
+            (SEQ_ERRORS, "seq_error_rate"),
+            (RETRANSMITS, "retransmit_rate"),
+        ):
             v = rec.total(metrics, port)
             if v is not None:
                 self.emit(signal, rec.node, rec.device, port, NO_PRIORITY, rec.ts, v)

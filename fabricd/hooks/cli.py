@@ -11,9 +11,12 @@ from fabricd.cli.common import add_config_option, settings_or_exit
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("hooks", help="list or test the alert hooks of a server config",
-                       description="List the alert hooks configured in a server settings file, or send "
-                       "each a test notification (exit status 1 if any delivery failed).")  # fmt: skip
+    p = sub.add_parser(
+        "hooks",
+        help="list or test the alert hooks of a server config",
+        description="List the alert hooks configured in a server settings file, or send "
+        "each a test notification (exit status 1 if any delivery failed).",
+    )
     hsub = p.add_subparsers(dest="hooks_command", metavar="ACTION", required=True)
     actions = (
         ("list", "print the configured hooks", "Print the hooks configured in the settings file (validated)."),

@@ -153,8 +153,13 @@ class HookDispatcher:
                 hook.queue.put_nowait(item)
             except asyncio.QueueFull:
                 self.metrics.notifications.labels(name, "dropped").inc()
-                logs.event(log, logging.ERROR, "hook queue full, notification dropped", hook=name,
-                           incident=getattr(item, "incident_id", ""))  # fmt: skip
+                logs.event(
+                    log,
+                    logging.ERROR,
+                    "hook queue full, notification dropped",
+                    hook=name,
+                    incident=getattr(item, "incident_id", ""),
+                )
 
     # --- delivery ---
 
@@ -191,9 +196,16 @@ class HookDispatcher:
                 self.metrics.notifications.labels(name, "delivered").inc()
                 return "delivered"
             retry = _is_retryable(result) and attempt < cfg.max_attempts
-            logs.event(log, logging.WARNING if retry else logging.ERROR,
-                       "hook delivery failed" + (", retrying" if retry else ", giving up"), hook=name,
-                       url=request.url, status=result.status, attempt=attempt, error=result.error)  # fmt: skip
+            logs.event(
+                log,
+                logging.WARNING if retry else logging.ERROR,
+                "hook delivery failed" + (", retrying" if retry else ", giving up"),
+                hook=name,
+                url=request.url,
+                status=result.status,
+                attempt=attempt,
+                error=result.error,
+            )
             if not retry:
                 break
             self.metrics.notifications.labels(name, "retried").inc()
@@ -219,7 +231,12 @@ class HookDispatcher:
 
 def sample_incident(now: float) -> Incident:
     return Incident(
-        key="test", kind=IncidentKind.CONGESTION, severity=Severity.INFO, state=IncidentState.OPEN,
-        element="fabricd-test", summary="fabricd test notification: this hook is configured correctly",
-        started_ts=now, updated_ts=now,
-    )  # fmt: skip
+        key="test",
+        kind=IncidentKind.CONGESTION,
+        severity=Severity.INFO,
+        state=IncidentState.OPEN,
+        element="fabricd-test",
+        summary="fabricd test notification: this hook is configured correctly",
+        started_ts=now,
+        updated_ts=now,
+    )

@@ -22,8 +22,11 @@ DELIVERY_HEADER = "X-Fabricd-Delivery"  # the same on every retry, so a receiver
 EVIDENCE_WINDOW_SECONDS = 900.0  # series links show 15 min before the evidence's timestamp
 TEST_ALERT_SECONDS = 60.0
 
-_EVENTS = {IncidentState.OPEN: "incident.opened", IncidentState.ACKED: "incident.acked",
-           IncidentState.RESOLVED: "incident.resolved"}  # fmt: skip
+_EVENTS = {
+    IncidentState.OPEN: "incident.opened",
+    IncidentState.ACKED: "incident.acked",
+    IncidentState.RESOLVED: "incident.resolved",
+}
 _SLACK_COLORS = {"critical": "#d62728", "warning": "#ff7f0e", "info": "#1f77b4", "resolved": "#2ca02c"}
 
 
@@ -65,15 +68,30 @@ def incident_url(base_url: str, incident_id: str) -> str:
 
 def evidence_link(base_url: str, ev: Evidence) -> str:
     """The REST series that fired, around the moment it fired."""
-    query = {"node": ev.node, "device": ev.device, "port": ev.port, "counter": ev.signal,
-             "since": rfc3339(ev.ts - EVIDENCE_WINDOW_SECONDS), "until": rfc3339(ev.ts)}  # fmt: skip
+    query = {
+        "node": ev.node,
+        "device": ev.device,
+        "port": ev.port,
+        "counter": ev.signal,
+        "since": rfc3339(ev.ts - EVIDENCE_WINDOW_SECONDS),
+        "until": rfc3339(ev.ts),
+    }
     return f"{base_url.rstrip('/')}/api/v1/series?" + urlencode({k: v for k, v in query.items() if v})
 
 
 def _evidence(base_url: str, ev: Evidence) -> dict[str, Any]:
-    return {"signal": ev.signal, "node": ev.node, "device": ev.device, "port": ev.port, "value": ev.value,
-            "threshold": ev.threshold, "at": rfc3339(ev.ts), "labels": dict(ev.labels), "note": ev.note,
-            "link": evidence_link(base_url, ev)}  # fmt: skip
+    return {
+        "signal": ev.signal,
+        "node": ev.node,
+        "device": ev.device,
+        "port": ev.port,
+        "value": ev.value,
+        "threshold": ev.threshold,
+        "at": rfc3339(ev.ts),
+        "labels": dict(ev.labels),
+        "note": ev.note,
+        "link": evidence_link(base_url, ev),
+    }
 
 
 def webhook_body(n: Notification, base_url: str) -> dict[str, Any]:
@@ -112,8 +130,14 @@ def alert_name(n: Notification) -> str:
 
 def alertmanager_labels(n: Notification, extra: dict[str, str]) -> dict[str, str]:
     inc = n.incident
-    labels = {"alertname": alert_name(n), "severity": inc.severity.value, "kind": inc.kind.value,
-              "element": inc.element, "incident_id": n.incident_id, "source": "fabricd"}  # fmt: skip
+    labels = {
+        "alertname": alert_name(n),
+        "severity": inc.severity.value,
+        "kind": inc.kind.value,
+        "element": inc.element,
+        "incident_id": n.incident_id,
+        "source": "fabricd",
+    }
     return {**extra, **labels}
 
 
@@ -156,16 +180,28 @@ def slack_body(n: Notification, base_url: str, channel: str = "", username: str 
     state = n.state.value
     color = _SLACK_COLORS["resolved" if n.state is IncidentState.RESOLVED else inc.severity.value]
     title = f"[{state.upper()}] {inc.kind.value} on {inc.element} ({inc.severity.value})"
-    fields = [{"title": "Affected", "value": ", ".join(inc.affected[:10]) or "-", "short": True},
-              {"title": "Since", "value": rfc3339(inc.started_ts), "short": True}]  # fmt: skip
-    fields += [{"title": ev.signal, "value": f"{ev.value:.4g} (threshold {ev.threshold:.4g}) on {_where(ev)}",
-                "short": False} for ev in inc.evidence[:5]]  # fmt: skip
+    fields = [
+        {"title": "Affected", "value": ", ".join(inc.affected[:10]) or "-", "short": True},
+        {"title": "Since", "value": rfc3339(inc.started_ts), "short": True},
+    ]
+    fields += [
+        {"title": ev.signal, "value": f"{ev.value:.4g} (threshold {ev.threshold:.4g}) on {_where(ev)}", "short": False}
+        for ev in inc.evidence[:5]
+    ]
     body: dict[str, Any] = {
         "username": username,
         "text": f"{title}: {inc.summary}",
-        "attachments": [{"color": color, "title": title, "title_link": report_url(base_url, n.incident_id),
-                         "text": inc.summary, "fields": fields, "fallback": f"{title}: {inc.summary}"}],
-    }  # fmt: skip
+        "attachments": [
+            {
+                "color": color,
+                "title": title,
+                "title_link": report_url(base_url, n.incident_id),
+                "text": inc.summary,
+                "fields": fields,
+                "fallback": f"{title}: {inc.summary}",
+            }
+        ],
+    }
     if channel:
         body["channel"] = channel
     return body

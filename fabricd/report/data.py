@@ -46,8 +46,13 @@ def _check_fabric(f: Fabric) -> None:
         raise ValueError("link rates must be positive, e.g. 400G")
     if min(f.hcas_per_node, f.gpus_per_node, f.nodes_per_leaf) < 1:
         raise ValueError("HCAs per node, GPUs per node and nodes per leaf must be at least 1")
-    if not (0 < f.efficiency <= 1 and math.isfinite(f.alpha_seconds) and f.alpha_seconds >= 0
-            and math.isfinite(f.oversubscription) and f.oversubscription > 0):  # fmt: skip
+    if not (
+        0 < f.efficiency <= 1
+        and math.isfinite(f.alpha_seconds)
+        and f.alpha_seconds >= 0
+        and math.isfinite(f.oversubscription)
+        and f.oversubscription > 0
+    ):
         raise ValueError("efficiency must be in (0, 1], alpha not negative, oversubscription positive")
 
 

@@ -83,7 +83,11 @@ def incident_end(inc: dict[str, Any], now: float) -> float:
     if inc.get("resolved_ts") is not None:
         end = float(inc["resolved_ts"])
     else:
-        seen = [inc["updated_ts"], *(e["ts"] for e in inc.get("evidence", [])), *(t["ts"] for t in inc.get("timeline", []))]
+        seen = [
+            inc["updated_ts"],
+            *(e["ts"] for e in inc.get("evidence", [])),
+            *(t["ts"] for t in inc.get("timeline", [])),
+        ]
         end = float(max(seen))
     return min(max(end, inc["started_ts"]), now)
 
@@ -134,10 +138,16 @@ def to_series(row: dict[str, Any]) -> Series:
     counter = row["kind"] == Kind.COUNTER.value
     pts = row["points"]
     return Series(
-        node=row["node"], device=row["device"], port=row["port"], name=row["name"], unit=row["unit"],
-        kind=row["kind"], step_seconds=row["step_seconds"], ts=[p["ts"] for p in pts],
+        node=row["node"],
+        device=row["device"],
+        port=row["port"],
+        name=row["name"],
+        unit=row["unit"],
+        kind=row["kind"],
+        step_seconds=row["step_seconds"],
+        ts=[p["ts"] for p in pts],
         values=[p["rate"] if counter else p["value"] for p in pts],
-    )  # fmt: skip
+    )
 
 
 def fetch_series(src: Source, window: Window, **match: Any) -> list[dict[str, Any]]:
@@ -162,8 +172,9 @@ def _port_keys(incidents: Iterable[dict[str, Any]]) -> list[tuple[str, str, str 
 
 
 def _signals_at(incidents: Iterable[dict[str, Any]], node: str, device: str) -> list[str]:
-    names = [e["signal"] for inc in incidents for e in inc.get("evidence", [])
-             if e["node"] == node and e["device"] == device]  # fmt: skip
+    names = [
+        e["signal"] for inc in incidents for e in inc.get("evidence", []) if e["node"] == node and e["device"] == device
+    ]
     return list(dict.fromkeys(names))
 
 
@@ -185,7 +196,9 @@ def implicated_ports(src: Source, data: ReportData, limit: int) -> list[PortPane
 
 def _port_panel(src: Source, data: ReportData, node: str, device: str, port: str | None) -> PortPanel | None:
     for names in THROUGHPUT:
-        rows = [r for n in names for r in fetch_series(src, data.window, node=node, device=device, port=port, counter=n)]
+        rows = [
+            r for n in names for r in fetch_series(src, data.window, node=node, device=device, port=port, counter=n)
+        ]
         if rows:
             break
     else:
@@ -246,8 +259,13 @@ def nccl_curves(src: Source, data: ReportData) -> list[NcclCurve]:
     for run in runs:
         busbw = run["values"].get("busbw_bytes_per_second")
         labels = run["labels"]
-        if (run["ts"] > data.window.end or busbw is None or run["op"] not in OPS
-                or labels.get("placement") != "out_of_place" or "size" not in labels):  # fmt: skip
+        if (
+            run["ts"] > data.window.end
+            or busbw is None
+            or run["op"] not in OPS
+            or labels.get("placement") != "out_of_place"
+            or "size" not in labels
+        ):
             continue
         measured.setdefault(run["op"], {}).setdefault(int(labels["size"]), []).append(float(busbw))
     q = data.query
@@ -271,8 +289,14 @@ def hot_ports(src: Source, data: ReportData) -> list[HotPort]:
     bucket = f"{max(1, math.ceil(data.window.seconds / HOT_BUCKETS))}s"
     latest: list[tuple[str, Sample]] = []
     for name in sorted(RX_BYTES | TX_BYTES | PAUSE | XMIT_WAIT | LINK_RATE):
-        rows = src.get("series", counter=name, since=_t(data.window.start), until=_t(data.window.end),
-                       step=bucket, limit=SERIES_LIMIT)  # fmt: skip
+        rows = src.get(
+            "series",
+            counter=name,
+            since=_t(data.window.start),
+            until=_t(data.window.end),
+            step=bucket,
+            limit=SERIES_LIMIT,
+        )
         if len(rows) >= SERIES_LIMIT:
             data.notes.append(f"hottest ports: only the first {SERIES_LIMIT} series of {name} were read")
         latest += [m for row in rows if (m := _window_mean(row)) is not None]
@@ -287,7 +311,16 @@ def _window_mean(row: dict[str, Any]) -> tuple[str, Sample] | None:
     if not pts:
         return None
     value = sum(p["value"] for p in pts) / len(pts)
-    reading = Reading(row["source"], row["device"], row["port"], row["counter"], value, row["unit"],
-                      Kind(row["kind"]), tuple(sorted(row["labels"].items())), row["name"])  # fmt: skip
+    reading = Reading(
+        row["source"],
+        row["device"],
+        row["port"],
+        row["counter"],
+        value,
+        row["unit"],
+        Kind(row["kind"]),
+        tuple(sorted(row["labels"].items())),
+        row["name"],
+    )
     rate = sum(rates) / len(rates) if rates else None
     return row["node"], Sample(pts[-1]["ts"], reading, rate, Status.OK if rate is not None else Status.FIRST)

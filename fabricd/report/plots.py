@@ -139,7 +139,11 @@ def pingmesh_plot(cells: Sequence[PingCell], nodes_per_leaf: int) -> Plot:
     with _LOCK:
         fig = _figure(2 * side + 1.5, side)
         for ax, matrix, title, unit, cmap in zip(
-            fig.subplots(1, 2), (p99, loss), ("worst p99 RTT", "probe loss"), ("us", "%"), ("viridis", "Reds"),
+            fig.subplots(1, 2),
+            (p99, loss),
+            ("worst p99 RTT", "probe loss"),
+            ("us", "%"),
+            ("viridis", "Reds"),
             strict=True,
         ):
             _heatmap(fig, ax, matrix, nodes, breaks, f"{title} ({unit})", cmap)
@@ -148,8 +152,9 @@ def pingmesh_plot(cells: Sequence[PingCell], nodes_per_leaf: int) -> Plot:
     return Plot("pingmesh", "Pingmesh", png, data)
 
 
-def _heatmap(fig: Any, ax: Any, matrix: Any, nodes: Sequence[str], breaks: Sequence[int], title: str,
-             cmap: str) -> None:  # fmt: skip
+def _heatmap(
+    fig: Any, ax: Any, matrix: Any, nodes: Sequence[str], breaks: Sequence[int], title: str, cmap: str
+) -> None:
     import numpy as np
 
     finite = matrix[np.isfinite(matrix)]
@@ -188,8 +193,13 @@ def nccl_plot(curve: NcclCurve, label: str) -> Plot:
         ys = [b / 1e9 for runs in curve.measured for b in runs]
         ax.scatter(xs, ys, s=10, alpha=0.35, color="tab:blue", label="measured (each run)")
         ax.plot(curve.sizes, [m / 1e9 for m in medians], marker="o", color="tab:blue", label="measured median")
-        ax.plot(curve.sizes, [p / 1e9 for p in curve.predicted], linestyle="--", color="tab:orange",
-                label=f"model ({label})")  # fmt: skip
+        ax.plot(
+            curve.sizes,
+            [p / 1e9 for p in curve.predicted],
+            linestyle="--",
+            color="tab:orange",
+            label=f"model ({label})",
+        )
         ax.set_xscale("log", base=2)
         ax.set_xticks(curve.sizes, [human_bytes(b) for b in curve.sizes])
         ax.minorticks_off()
@@ -199,6 +209,10 @@ def nccl_plot(curve: NcclCurve, label: str) -> Plot:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(loc="upper left", fontsize="small")
         png = _png(fig)
-    data = {"sizes": list(curve.sizes), "measured_median": medians, "predicted": list(curve.predicted),
-            "unit": "bytes/s"}  # fmt: skip
+    data = {
+        "sizes": list(curve.sizes),
+        "measured_median": medians,
+        "predicted": list(curve.predicted),
+        "unit": "bytes/s",
+    }
     return Plot(f"nccl-{curve.op}", f"NCCL {curve.op}", png, data)

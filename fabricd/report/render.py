@@ -54,9 +54,12 @@ def render(data: ReportData) -> Report:
         *_hot_ports(data),
         *[f'<p class="note">Note: {escape(n)}</p>' for n in dict.fromkeys(data.notes)],
     ]
-    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(data.title)}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(data.title)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
     return Report(page, plots)
 
 
@@ -89,12 +92,14 @@ def _empty(text: str) -> str:
 def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(
+        "<tr>"
+        + "".join(
             f'<td class="num">{escape(str(v))}</td>' if i in numeric else f"<td>{escape(str(v))}</td>"
             for i, v in enumerate(row)
-        ) + "</tr>"
+        )
+        + "</tr>"
         for row in rows
-    )  # fmt: skip
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -119,21 +124,50 @@ def _incidents(data: ReportData) -> list[str]:
 def _incident(inc: dict[str, Any]) -> list[str]:
     sev = escape(inc["severity"])
     out = [
-        f'<h3>#{inc["id"]} {escape(inc["kind"])} at {escape(inc["element"])} '
+        f"<h3>#{inc['id']} {escape(inc['kind'])} at {escape(inc['element'])} "
         f'<span class="sev-{sev}">{sev}</span> ({escape(inc["state"])})</h3>',
         _p(inc["summary"]),
-        _table(["id", "kind", "severity", "state", "element", "started", "updated", "resolved", "acked by"],
-               [[inc["id"], inc["kind"], inc["severity"], inc["state"], inc["element"], iso(inc["started_ts"]),
-                 iso(inc["updated_ts"]), iso(inc.get("resolved_ts")), inc.get("acked_by") or "-"]]),
-    ]  # fmt: skip
+        _table(
+            ["id", "kind", "severity", "state", "element", "started", "updated", "resolved", "acked by"],
+            [
+                [
+                    inc["id"],
+                    inc["kind"],
+                    inc["severity"],
+                    inc["state"],
+                    inc["element"],
+                    iso(inc["started_ts"]),
+                    iso(inc["updated_ts"]),
+                    iso(inc.get("resolved_ts")),
+                    inc.get("acked_by") or "-",
+                ]
+            ],
+        ),
+    ]
     cands = [[c["element"], f"{c['score']:.3f}"] for c in inc.get("candidates", [])]
-    out += ["<h4>Localization candidates</h4>",
-            _table(["element", "score"], cands, [1]) if cands else _empty("No localization candidates.")]  # fmt: skip
-    ev = [[e["signal"], e["node"], e["device"], e["port"] or "-", _num(e["value"]), _num(e["threshold"]),
-           iso(e["ts"]), e.get("note", "")] for e in inc.get("evidence", [])]  # fmt: skip
-    out += ["<h4>Evidence</h4>",
-            _table(["signal", "node", "device", "port", "value", "threshold", "at", "note"], ev, [4, 5])
-            if ev else _empty("No evidence recorded.")]  # fmt: skip
+    out += [
+        "<h4>Localization candidates</h4>",
+        _table(["element", "score"], cands, [1]) if cands else _empty("No localization candidates."),
+    ]
+    ev = [
+        [
+            e["signal"],
+            e["node"],
+            e["device"],
+            e["port"] or "-",
+            _num(e["value"]),
+            _num(e["threshold"]),
+            iso(e["ts"]),
+            e.get("note", ""),
+        ]
+        for e in inc.get("evidence", [])
+    ]
+    out += [
+        "<h4>Evidence</h4>",
+        _table(["signal", "node", "device", "port", "value", "threshold", "at", "note"], ev, [4, 5])
+        if ev
+        else _empty("No evidence recorded."),
+    ]
     tl = [[iso(t["ts"]), t["what"], t.get("by", "")] for t in inc.get("timeline", [])]
     out += ["<h4>Timeline</h4>", _table(["at (UTC)", "what", "by"], tl) if tl else _empty("No timeline entries.")]
     return out
@@ -142,9 +176,12 @@ def _incident(inc: dict[str, Any]) -> list[str]:
 def _ports(data: ReportData, plots: list[Plot]) -> list[str]:
     out = ["<h2>Implicated ports</h2>"]
     if not data.ports:
-        why = ("No incident in this window." if not data.incidents else
-               "The evidence names no port with stored throughput series in this window (pair or node signals "
-               "are in the pingmesh and NCCL sections).")  # fmt: skip
+        why = (
+            "No incident in this window."
+            if not data.incidents
+            else "The evidence names no port with stored throughput series in this window (pair or node signals "
+            "are in the pingmesh and NCCL sections)."
+        )
         return [*out, _empty(why)]
     out.append(_p("Receive and transmit rates as stored (GET /api/v1/series); the incident is shaded."))
     for panel in data.ports:
@@ -152,7 +189,9 @@ def _ports(data: ReportData, plots: list[Plot]) -> list[str]:
         plots.append(plot)
         out += [f"<h3>{escape(panel.label)}</h3>", _img(plot)]
         if panel.missing:
-            out.append(_empty(f"No stored series for {', '.join(panel.missing)} (nor the counters it is computed from)."))
+            out.append(
+                _empty(f"No stored series for {', '.join(panel.missing)} (nor the counters it is computed from).")
+            )
     return out
 
 
@@ -163,18 +202,33 @@ def _pingmesh(data: ReportData, plots: list[Plot]) -> list[str]:
     plot = pingmesh_plot(data.pingmesh, data.query.fabric.nodes_per_leaf)
     plots.append(plot)
     worst = sorted(data.pingmesh, key=lambda c: (-(c.loss_ratio or 0.0), -(c.p99_seconds or 0.0)))[:5]
-    rows = [[c.src, c.dst, _num(None if c.p99_seconds is None else c.p99_seconds * 1e6),
-             "-" if c.loss_ratio is None else f"{c.loss_ratio:.3%}"] for c in worst]  # fmt: skip
-    return [*out, _p(f"{len(data.pingmesh)} probed pairs; rows and columns ordered by leaf (lines mark leaf "
-                     f"boundaries, {data.query.fabric.nodes_per_leaf} nodes per leaf)."),
-            _img(plot), "<h4>Worst pairs (by loss, then p99)</h4>", _table(["source", "destination", "p99 (us)", "loss"], rows,
-                                                             [2, 3])]  # fmt: skip
+    rows = [
+        [
+            c.src,
+            c.dst,
+            _num(None if c.p99_seconds is None else c.p99_seconds * 1e6),
+            "-" if c.loss_ratio is None else f"{c.loss_ratio:.3%}",
+        ]
+        for c in worst
+    ]
+    return [
+        *out,
+        _p(
+            f"{len(data.pingmesh)} probed pairs; rows and columns ordered by leaf (lines mark leaf "
+            f"boundaries, {data.query.fabric.nodes_per_leaf} nodes per leaf)."
+        ),
+        _img(plot),
+        "<h4>Worst pairs (by loss, then p99)</h4>",
+        _table(["source", "destination", "p99 (us)", "loss"], rows, [2, 3]),
+    ]
 
 
 def _model_label(data: ReportData) -> str:
     f, q = data.query.fabric, data.query
-    return (f"{q.nccl_nodes} nodes × {f.gpus_per_node} GPUs, {f.hcas_per_node} × {f.link_rate_bytes_per_second / GBIT:g} "
-            f"Gb/s per node, efficiency {f.efficiency:g}")  # fmt: skip
+    return (
+        f"{q.nccl_nodes} nodes × {f.gpus_per_node} GPUs, {f.hcas_per_node} × {f.link_rate_bytes_per_second / GBIT:g} "
+        f"Gb/s per node, efficiency {f.efficiency:g}"
+    )
 
 
 def _nccl(data: ReportData, plots: list[Plot]) -> list[str]:
@@ -188,12 +242,19 @@ def _nccl(data: ReportData, plots: list[Plot]) -> list[str]:
     for curve in data.nccl:
         plot = nccl_plot(curve, label)
         plots.append(plot)
-        rows = [[s, len(m), f"{med / 1e9:.2f}", f"{p / 1e9:.2f}", f"{med / p:.2f}" if p > 0 else "-"]
-                for s, m, med, p in zip(curve.sizes, curve.measured, median_busbw(curve), curve.predicted,
-                                        strict=True)]  # fmt: skip
-        out += [f"<h3>{escape(curve.op)}</h3>", _img(plot),
-                _table(["size (bytes)", "runs", "measured busbw (GB/s)", "model busbw (GB/s)", "efficiency"], rows,
-                       [0, 1, 2, 3, 4])]  # fmt: skip
+        rows = [
+            [s, len(m), f"{med / 1e9:.2f}", f"{p / 1e9:.2f}", f"{med / p:.2f}" if p > 0 else "-"]
+            for s, m, med, p in zip(curve.sizes, curve.measured, median_busbw(curve), curve.predicted, strict=True)
+        ]
+        out += [
+            f"<h3>{escape(curve.op)}</h3>",
+            _img(plot),
+            _table(
+                ["size (bytes)", "runs", "measured busbw (GB/s)", "model busbw (GB/s)", "efficiency"],
+                rows,
+                [0, 1, 2, 3, 4],
+            ),
+        ]
     return out
 
 
@@ -202,8 +263,17 @@ def _hot_ports(data: ReportData) -> list[str]:
     if not data.hot_ports:
         return [*out, _empty("No port throughput in this window.")]
     rows = [_hot_row(h) for h in data.hot_ports]
-    cols = ["node", "device", "port", "rx (Gb/s)", "tx (Gb/s)", "link (Gb/s)", "utilization", "paused",
-            "xmit wait (ticks/s)"]  # fmt: skip
+    cols = [
+        "node",
+        "device",
+        "port",
+        "rx (Gb/s)",
+        "tx (Gb/s)",
+        "link (Gb/s)",
+        "utilization",
+        "paused",
+        "xmit wait (ticks/s)",
+    ]
     return [*out, _p("Means over the window, ranked by max(rx, tx)."), _table(cols, rows, [3, 4, 5, 6, 7, 8])]
 
 
@@ -214,6 +284,14 @@ def _hot_row(h: HotPort) -> list[str]:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:.1%}"
 
-    return [h.node, h.device, h.port or "-", gbps(h.rx_bytes_per_second), gbps(h.tx_bytes_per_second),
-            gbps(h.link_bytes_per_second), pct(h.utilization), pct(h.pause_fraction),
-            _num(h.xmit_wait_per_second)]  # fmt: skip
+    return [
+        h.node,
+        h.device,
+        h.port or "-",
+        gbps(h.rx_bytes_per_second),
+        gbps(h.tx_bytes_per_second),
+        gbps(h.link_bytes_per_second),
+        pct(h.utilization),
+        pct(h.pause_fraction),
+        _num(h.xmit_wait_per_second),
+    ]

@@ -59,6 +59,7 @@ def create_app(
     # Alert hooks: validated here (HookConfigError names the key), fed by the detection loop's
     # listener seam; each hook has its own queue so a failing one never blocks detection or ingest.
     hooks = HookDispatcher.from_settings(settings, registry)
+
     def notify_hooks(iid: int, _transition: str, inc: Incident) -> None:
         hooks.notify(inc, iid)
 

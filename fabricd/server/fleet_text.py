@@ -93,8 +93,19 @@ class FleetText:
         seen: dict[_Key, list[_Part]] = {}
         for node, s in rows:
             r = s.reading  # the key: everything add_sample names the series from, and which exist
-            key = (node, r.source, r.device, r.port, r.counter, r.unit, r.kind, r.labels, r.name,
-                   s.rate is not None, s.status is Status.SATURATED)  # fmt: skip
+            key = (
+                node,
+                r.source,
+                r.device,
+                r.port,
+                r.counter,
+                r.unit,
+                r.kind,
+                r.labels,
+                r.name,
+                s.rate is not None,
+                s.status is Status.SATURATED,
+            )
             parts = seen[key] = cache.get(key) or self._parts(node, s)
             for part, value in zip(parts, sample_values(s), strict=True):
                 add(part, value)

@@ -112,10 +112,15 @@ def check_limits(batch: Batch, limits: LimitSettings) -> None:
         # The common case in one expression (ingest checks tens of thousands of samples a second);
         # anything else, labels included, goes through _check_sample, which names the bad field.
         if (
-            len(r.source) <= MAX_SOURCE and len(r.counter) <= MAX_NAME and len(r.name) <= MAX_NAME
-            and len(r.unit) <= MAX_UNIT and len(r.device) <= label_max and len(r.port) <= label_max
-            and not r.labels and "\x00" not in r.source + r.device + r.port + r.counter + r.name + r.unit
-        ):  # fmt: skip
+            len(r.source) <= MAX_SOURCE
+            and len(r.counter) <= MAX_NAME
+            and len(r.name) <= MAX_NAME
+            and len(r.unit) <= MAX_UNIT
+            and len(r.device) <= label_max
+            and len(r.port) <= label_max
+            and not r.labels
+            and "\x00" not in r.source + r.device + r.port + r.counter + r.name + r.unit
+        ):
             continue
         _check_sample(i, r, label_max)
 

@@ -238,8 +238,7 @@ class Store:
         cur.execute(sql.claim_batch, (batch.node, batch.batch_id, now, len(batch.samples)))
         if cur.rowcount == 0:  # the unique (node, batch id): a retry of a stored batch
             return IngestResult(batch.batch_id, 0, True), None, []
-        cur.execute(sql.upsert_node, (batch.node, batch.agent_version, now, now, batch.created_ts,
-                                      len(batch.samples)))  # fmt: skip
+        cur.execute(sql.upsert_node, (batch.node, batch.agent_version, now, now, batch.created_ts, len(batch.samples)))
         if batch.health:
             cur.executemany(sql.upsert_health, _health_rows(batch.node, batch.health))
         known = grown.get(batch.node) or self._known_series(cur, batch.node)
@@ -466,16 +465,27 @@ class Store:
             q = q.where(or_(t.Series.counter == counter, t.Series.name == counter))
         self.load_latest()
         with self.sessions() as s:
-            return [SeriesInfo(row.id, row.node, (r := _reading_of(row)), self._latest_sample(row, r))
-                    for row in s.scalars(q)]  # fmt: skip
+            return [
+                SeriesInfo(row.id, row.node, (r := _reading_of(row)), self._latest_sample(row, r))
+                for row in s.scalars(q)
+            ]
 
     def _latest_sample(self, row: t.Series, reading: Reading) -> Sample | None:
         mem = self._latest.get(row.node, row.id)
         if mem is None:
             return _latest_of(row, reading)
         _sid, ts, value, rate, status, since = mem
-        r = Reading(reading.source, reading.device, reading.port, reading.counter, value, reading.unit,
-                    reading.kind, reading.labels, reading.name)  # fmt: skip
+        r = Reading(
+            reading.source,
+            reading.device,
+            reading.port,
+            reading.counter,
+            value,
+            reading.unit,
+            reading.kind,
+            reading.labels,
+            reading.name,
+        )
         return Sample(ts, r, rate, _STATUSES.get(status or "ok") or Status(status), since)
 
     def points(self, series_id: int, since: float, until: float, limit: int = 10_000) -> list[t.Point]:
@@ -1041,7 +1051,9 @@ def _identity_reading(
 ) -> Reading:
     # Interned: a fleet repeats the same few hundred names on every node, so the cache stays small.
     i = sys.intern
-    return Reading(i(source), i(device), i(port), i(counter), 0.0, i(unit), Kind(kind), _labels_of_json(labels), i(name))
+    return Reading(
+        i(source), i(device), i(port), i(counter), 0.0, i(unit), Kind(kind), _labels_of_json(labels), i(name)
+    )
 
 
 def _samples_of(rows: Sequence[Any], idents: dict[int, tuple[str, Reading]]) -> list[tuple[str, Sample]]:
@@ -1091,8 +1103,7 @@ def _series_ids(samples: Sequence[Sample], ids: dict[IdentityKey, int]) -> list[
 def _point_rows(samples: Sequence[Sample], sids: list[int]) -> list[PointRow]:
     # ``_value_``: the enum's plain str (``.value`` is a descriptor call, several times slower).
     return [
-        (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since)
-        for sid, s in zip(sids, samples, strict=True)
+        (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since) for sid, s in zip(sids, samples, strict=True)
     ]
 
 

@@ -87,8 +87,12 @@ class SimCluster:
 
     def write_truth(self) -> Path:
         path = self.out / "truth.json"
-        doc = {"scenario": self.scenario.name, "epoch": self.epoch, "interval": self.scenario.interval,
-               "faults": [t.to_json() for t in self.truths()]}  # fmt: skip
+        doc = {
+            "scenario": self.scenario.name,
+            "epoch": self.epoch,
+            "interval": self.scenario.interval,
+            "faults": [t.to_json() for t in self.truths()],
+        }
         path.write_text(json.dumps(doc, indent=2) + "\n")
         (self.out / "scenario.json").write_text(self.scenario.model_dump_json(indent=2) + "\n")
         return path
@@ -105,15 +109,25 @@ class SimCluster:
         if self.scenario.topology.link_layer == "roce":
             cfg["ethtool"] = {"stats_dir": str(self.ethtool_dir(node))}
         if self.scenario.workload.nccl:
-            cfg["nccl"] = {"command": self.standin_command(node), "interval_seconds": self.scenario.nccl_every / speed,
-                           "timeout_seconds": 60.0}  # fmt: skip
+            cfg["nccl"] = {
+                "command": self.standin_command(node),
+                "interval_seconds": self.scenario.nccl_every / speed,
+                "timeout_seconds": 60.0,
+            }
         peers = [p for p in self.sim.fabric.probes if p.src == node]
         if peers and probe_ports is not None:
             cfg["pingmesh"] = {
                 "respond": False,
-                "peers": [{"name": p.dst, "address": "127.0.0.1", "port": probe_ports[(p.src, p.dst)],
-                           "rate_per_second": self.scenario.workload.probe_rate} for p in peers],
-            }  # fmt: skip
+                "peers": [
+                    {
+                        "name": p.dst,
+                        "address": "127.0.0.1",
+                        "port": probe_ports[(p.src, p.dst)],
+                        "rate_per_second": self.scenario.workload.probe_rate,
+                    }
+                    for p in peers
+                ],
+            }
         return cfg
 
 

@@ -102,8 +102,9 @@ def build(scenario: Scenario) -> Fabric:
             leaf_of[link.a] = link.b
             leaf_of[topo.hca_ports[link.a].node] = link.b
     spines = sorted(s.id for s in topo.switches.values() if s.tier == "spine")
-    fabric = Fabric(scenario, topo, scenario.topology.rate_gbps * 125_000_000.0, nodes, leaf_of, ports_of,
-                    host_link, spines)  # fmt: skip
+    fabric = Fabric(
+        scenario, topo, scenario.topology.rate_gbps * 125_000_000.0, nodes, leaf_of, ports_of, host_link, spines
+    )
     fabric.flows = _flows(fabric, random.Random(scenario.seed))
     fabric.probes = _probe_pairs(fabric)
     for flow in fabric.flows:

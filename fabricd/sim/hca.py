@@ -22,9 +22,15 @@ from fabricd.sysfstree import MLX5_CONG_COUNTERS, MLX5_Q_COUNTERS, PORT_COUNTERS
 
 # counters/ as on the gpud H100 capture (kernel >= 4.5: base + extended data/packet counters).
 COUNTERS_DATA = (
-    "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
-    "unicast_xmit_packets", "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets",
-)  # fmt: skip
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "unicast_xmit_packets",
+    "unicast_rcv_packets",
+    "multicast_xmit_packets",
+    "multicast_rcv_packets",
+)
 # hw_counters/ of a ConnectX-7 port on the gpud capture: the Q counters plus rx_icrc_encapsulated
 # (a 64-bit PPCNT counter) and ``lifespan`` (the cache time in ms, not a counter).
 HW_EXTRA_64 = ("rx_icrc_encapsulated",)
@@ -90,14 +96,21 @@ def _counters(rng: random.Random) -> CounterTable:
     words = rng.uniform(5e13, 2.5e14)  # the gpud capture: port_rcv_data = 230539874932483 words
     packets = words * 4 / 4096
     totals = {name: 0.0 for name in PORT_COUNTERS_BASE}
-    totals.update({
-        "port_xmit_data": words, "port_rcv_data": words * rng.uniform(0.98, 1.02),
-        "port_xmit_packets": packets, "port_rcv_packets": packets, "unicast_xmit_packets": packets,
-        "unicast_rcv_packets": packets, "multicast_xmit_packets": float(rng.randrange(0, 5000)),
-        "multicast_rcv_packets": float(rng.randrange(0, 5000)),
-        "port_xmit_wait": rng.uniform(1e8, 1.5e9), "port_rcv_errors": float(rng.choice((0, 0, 0, 14))),
-        "port_rcv_switch_relay_errors": float(rng.choice((0, 0, 1))),
-    })  # fmt: skip
+    totals.update(
+        {
+            "port_xmit_data": words,
+            "port_rcv_data": words * rng.uniform(0.98, 1.02),
+            "port_xmit_packets": packets,
+            "port_rcv_packets": packets,
+            "unicast_xmit_packets": packets,
+            "unicast_rcv_packets": packets,
+            "multicast_xmit_packets": float(rng.randrange(0, 5000)),
+            "multicast_rcv_packets": float(rng.randrange(0, 5000)),
+            "port_xmit_wait": rng.uniform(1e8, 1.5e9),
+            "port_rcv_errors": float(rng.choice((0, 0, 0, 14))),
+            "port_rcv_switch_relay_errors": float(rng.choice((0, 0, 1))),
+        }
+    )
     if rng.random() < 0.25:
         totals["excessive_buffer_overrun_errors"] = 15.0  # 4 bits, saturated long ago
     return CounterTable(totals, dict(PORT_COUNTERS_BASE), {})
@@ -124,28 +137,82 @@ def _hw(roce: bool, rng: random.Random) -> CounterTable:
 # pause counters give way to per-priority ones (en_stats.c pport_per_prio_pfc_stats_desc), plus the
 # pause-storm watchdog counters and the per-priority congestion counters of newer drivers.
 ETHTOOL_BASE = (
-    "rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "tx_tso_packets", "tx_tso_bytes",
-    "rx_csum_complete", "rx_csum_none", "tx_csum_partial", "tx_csum_none", "tx_queue_stopped",
-    "tx_queue_wake", "tx_queue_dropped", "rx_wqe_err", "rx_buff_alloc_err", "rx_cache_reuse",
-    "link_down_events_phy", "rx_out_of_buffer",
-    "rx_vport_unicast_packets", "rx_vport_unicast_bytes", "tx_vport_unicast_packets", "tx_vport_unicast_bytes",
-    "rx_vport_multicast_packets", "rx_vport_multicast_bytes", "tx_vport_multicast_packets",
-    "tx_vport_multicast_bytes", "rx_vport_broadcast_packets", "rx_vport_broadcast_bytes",
-    "tx_vport_broadcast_packets", "tx_vport_broadcast_bytes",
-    "rx_vport_rdma_unicast_packets", "rx_vport_rdma_unicast_bytes", "tx_vport_rdma_unicast_packets",
-    "tx_vport_rdma_unicast_bytes", "rx_vport_rdma_multicast_packets", "rx_vport_rdma_multicast_bytes",
-    "tx_vport_rdma_multicast_packets", "tx_vport_rdma_multicast_bytes",
-    "tx_packets_phy", "rx_packets_phy", "rx_crc_errors_phy", "tx_bytes_phy", "rx_bytes_phy",
-    "tx_multicast_phy", "tx_broadcast_phy", "rx_multicast_phy", "rx_broadcast_phy",
-    "rx_in_range_len_errors_phy", "rx_out_of_range_len_phy", "rx_oversize_pkts_phy", "rx_symbol_err_phy",
-    "tx_mac_control_phy", "rx_mac_control_phy", "rx_unsupported_op_phy", "rx_pause_ctrl_phy",
-    "tx_pause_ctrl_phy", "rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_undersize_pkts_phy",
-    "rx_fragments_phy", "rx_jabbers_phy", "rx_pcs_symbol_err_phy", "rx_corrected_bits_phy",
-    "rx_buffer_passed_thres_phy", "rx_pci_signal_integrity", "tx_pci_signal_integrity",
-    "outbound_pci_stalled_rd", "outbound_pci_stalled_wr",
-    "tx_pause_storm_warning_events", "tx_pause_storm_error_events",
-    "module_unplug", "module_bus_stuck", "module_high_temp", "module_bad_shorted",
-)  # fmt: skip
+    "rx_packets",
+    "rx_bytes",
+    "tx_packets",
+    "tx_bytes",
+    "tx_tso_packets",
+    "tx_tso_bytes",
+    "rx_csum_complete",
+    "rx_csum_none",
+    "tx_csum_partial",
+    "tx_csum_none",
+    "tx_queue_stopped",
+    "tx_queue_wake",
+    "tx_queue_dropped",
+    "rx_wqe_err",
+    "rx_buff_alloc_err",
+    "rx_cache_reuse",
+    "link_down_events_phy",
+    "rx_out_of_buffer",
+    "rx_vport_unicast_packets",
+    "rx_vport_unicast_bytes",
+    "tx_vport_unicast_packets",
+    "tx_vport_unicast_bytes",
+    "rx_vport_multicast_packets",
+    "rx_vport_multicast_bytes",
+    "tx_vport_multicast_packets",
+    "tx_vport_multicast_bytes",
+    "rx_vport_broadcast_packets",
+    "rx_vport_broadcast_bytes",
+    "tx_vport_broadcast_packets",
+    "tx_vport_broadcast_bytes",
+    "rx_vport_rdma_unicast_packets",
+    "rx_vport_rdma_unicast_bytes",
+    "tx_vport_rdma_unicast_packets",
+    "tx_vport_rdma_unicast_bytes",
+    "rx_vport_rdma_multicast_packets",
+    "rx_vport_rdma_multicast_bytes",
+    "tx_vport_rdma_multicast_packets",
+    "tx_vport_rdma_multicast_bytes",
+    "tx_packets_phy",
+    "rx_packets_phy",
+    "rx_crc_errors_phy",
+    "tx_bytes_phy",
+    "rx_bytes_phy",
+    "tx_multicast_phy",
+    "tx_broadcast_phy",
+    "rx_multicast_phy",
+    "rx_broadcast_phy",
+    "rx_in_range_len_errors_phy",
+    "rx_out_of_range_len_phy",
+    "rx_oversize_pkts_phy",
+    "rx_symbol_err_phy",
+    "tx_mac_control_phy",
+    "rx_mac_control_phy",
+    "rx_unsupported_op_phy",
+    "rx_pause_ctrl_phy",
+    "tx_pause_ctrl_phy",
+    "rx_discards_phy",
+    "tx_discards_phy",
+    "tx_errors_phy",
+    "rx_undersize_pkts_phy",
+    "rx_fragments_phy",
+    "rx_jabbers_phy",
+    "rx_pcs_symbol_err_phy",
+    "rx_corrected_bits_phy",
+    "rx_buffer_passed_thres_phy",
+    "rx_pci_signal_integrity",
+    "tx_pci_signal_integrity",
+    "outbound_pci_stalled_rd",
+    "outbound_pci_stalled_wr",
+    "tx_pause_storm_warning_events",
+    "tx_pause_storm_error_events",
+    "module_unplug",
+    "module_bus_stuck",
+    "module_high_temp",
+    "module_bad_shorted",
+)
 
 
 def ethtool_names() -> list[str]:
@@ -153,8 +220,13 @@ def ethtool_names() -> list[str]:
     for p in range(8):
         names += [f"rx_prio{p}_bytes", f"rx_prio{p}_packets", f"tx_prio{p}_bytes", f"tx_prio{p}_packets"]
     p = PFC_PRIORITY
-    names += [f"rx_prio{p}_pause", f"rx_prio{p}_pause_duration", f"tx_prio{p}_pause",
-              f"tx_prio{p}_pause_duration", f"rx_prio{p}_pause_transition"]  # fmt: skip
+    names += [
+        f"rx_prio{p}_pause",
+        f"rx_prio{p}_pause_duration",
+        f"tx_prio{p}_pause",
+        f"tx_prio{p}_pause_duration",
+        f"rx_prio{p}_pause_transition",
+    ]
     for p in range(8):
         names += [f"rx_prio{p}_buf_discard", f"rx_prio{p}_cong_discard", f"rx_prio{p}_marked"]
     return names
@@ -168,10 +240,21 @@ def _ethtool(rng: random.Random) -> CounterTable:
             totals[name] = base * rng.uniform(0.01, 1.0)
         elif "packets" in name or (name.endswith("_phy") and "err" not in name and "discard" not in name):
             totals[name] = base / 4096 * rng.uniform(0.01, 1.0)
-    for name in ("rx_crc_errors_phy", "rx_symbol_err_phy", "link_down_events_phy", "rx_discards_phy",
-                 "tx_discards_phy", "rx_pcs_symbol_err_phy", "rx_in_range_len_errors_phy",
-                 "rx_oversize_pkts_phy", "rx_undersize_pkts_phy", "rx_fragments_phy", "rx_jabbers_phy",
-                 "tx_errors_phy", "rx_unsupported_op_phy"):  # fmt: skip
+    for name in (
+        "rx_crc_errors_phy",
+        "rx_symbol_err_phy",
+        "link_down_events_phy",
+        "rx_discards_phy",
+        "tx_discards_phy",
+        "rx_pcs_symbol_err_phy",
+        "rx_in_range_len_errors_phy",
+        "rx_oversize_pkts_phy",
+        "rx_undersize_pkts_phy",
+        "rx_fragments_phy",
+        "rx_jabbers_phy",
+        "tx_errors_phy",
+        "rx_unsupported_op_phy",
+    ):
         totals[name] = float(rng.choice((0, 0, 0, 1, 2)))
     totals["rx_corrected_bits_phy"] = rng.uniform(0, 1e6)  # FEC corrects bits all the time
     return CounterTable(totals, {}, {})

@@ -89,8 +89,9 @@ class LiveCluster:
             self.cluster.write_nccl(k * sc.interval)
 
 
-def start(scenario: str | Path | Scenario, out_dir: Path, speed: float = 1.0, nodes: int | None = None,
-          step: Step = quiet) -> LiveCluster:  # fmt: skip
+def start(
+    scenario: str | Path | Scenario, out_dir: Path, speed: float = 1.0, nodes: int | None = None, step: Step = quiet
+) -> LiveCluster:
     """Start a simulated cluster in real time; returns once its files and responders are ready."""
     if speed <= 0:
         raise ValueError("speed must be positive")

@@ -148,9 +148,18 @@ def _fair_shares(demands: list[tuple[Flow, float]], line: float) -> list[tuple[F
     for flow, rate in demands:
         tx[flow.src] = tx.get(flow.src, 0.0) + rate
         rx[flow.dst] = rx.get(flow.dst, 0.0) + rate
-    return [(flow, rate * min(1.0, line / tx[flow.src] if tx[flow.src] > line else 1.0,
-                              line / rx[flow.dst] if rx[flow.dst] > line else 1.0))
-            for flow, rate in demands]  # fmt: skip
+    return [
+        (
+            flow,
+            rate
+            * min(
+                1.0,
+                line / tx[flow.src] if tx[flow.src] > line else 1.0,
+                line / rx[flow.dst] if rx[flow.dst] > line else 1.0,
+            ),
+        )
+        for flow, rate in demands
+    ]
 
 
 def _node_load(seed: int, port: str) -> float:
@@ -290,12 +299,20 @@ def _roce(s: HcaPortState, f: PortFlow, cond: faults_mod.Conditions, dt: float, 
     hw.add("np_cnp_sent", (f.marked + baseline) * CNP_PER_MARKED)
     hw.add("rp_cnp_handled", f.cnp_handled + baseline * CNP_PER_MARKED)
     e.add(f"rx_prio{P}_marked", f.marked + baseline)
-    for name, value in (("rx_vport_rdma_unicast_bytes", f.rx), ("tx_vport_rdma_unicast_bytes", f.tx),
-                        ("rx_vport_rdma_unicast_packets", rx_pk), ("tx_vport_rdma_unicast_packets", tx_pk),
-                        (f"rx_prio{P}_bytes", f.rx), (f"tx_prio{P}_bytes", f.tx),
-                        (f"rx_prio{P}_packets", rx_pk), (f"tx_prio{P}_packets", tx_pk),
-                        ("rx_bytes_phy", f.rx), ("tx_bytes_phy", f.tx),
-                        ("rx_packets_phy", rx_pk), ("tx_packets_phy", tx_pk)):  # fmt: skip
+    for name, value in (
+        ("rx_vport_rdma_unicast_bytes", f.rx),
+        ("tx_vport_rdma_unicast_bytes", f.tx),
+        ("rx_vport_rdma_unicast_packets", rx_pk),
+        ("tx_vport_rdma_unicast_packets", tx_pk),
+        (f"rx_prio{P}_bytes", f.rx),
+        (f"tx_prio{P}_bytes", f.tx),
+        (f"rx_prio{P}_packets", rx_pk),
+        (f"tx_prio{P}_packets", tx_pk),
+        ("rx_bytes_phy", f.rx),
+        ("tx_bytes_phy", f.tx),
+        ("rx_packets_phy", rx_pk),
+        ("tx_packets_phy", tx_pk),
+    ):
         e.add(name, value)
     for name, value in (
         ("rx_bytes", 2e5),

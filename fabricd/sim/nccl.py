@@ -77,15 +77,17 @@ def _render(members: list[str], gpus: int, rows: list[tuple[str, float]], avg: f
     for host in members:
         for dev in range(gpus):
             pid = 6000 + rng.randrange(0, 3000)
-            lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {host:>10} device {dev:2d} "
-                         f"[0000:{BUS_IDS[dev % len(BUS_IDS)]}] {GPU_MODEL}")  # fmt: skip
+            lines.append(
+                f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {host:>10} device {dev:2d} "
+                f"[0000:{BUS_IDS[dev % len(BUS_IDS)]}] {GPU_MODEL}"
+            )
             rank += 1
     lines += [
         "#",
         "#                                                              out-of-place                       in-place          ",
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
-    ]  # fmt: skip
+    ]
     lines += [r[0] for r in rows]
     lines += ["# Out of bounds values : 0 OK", f"# Avg bus bandwidth    : {avg:.3f} ", "#"]
     return "\n".join(lines) + "\n"

@@ -58,8 +58,19 @@ def truths(fabric: Fabric, epoch: float) -> list[Truth]:
     for i, f in enumerate(sc.faults):
         first = faults_mod.first_effect(fabric, i)
         symptom = (math.floor(first / sc.interval) + 1) * sc.interval
-        out.append(Truth(i, f.kind, f.at, f.severity, epoch + f.start, epoch + f.end, epoch + symptom,
-                         tuple(sorted(correct(fabric, f))), tuple(sorted(scope(fabric, f)))))  # fmt: skip
+        out.append(
+            Truth(
+                i,
+                f.kind,
+                f.at,
+                f.severity,
+                epoch + f.start,
+                epoch + f.end,
+                epoch + symptom,
+                tuple(sorted(correct(fabric, f))),
+                tuple(sorted(scope(fabric, f))),
+            )
+        )
     return out
 
 

@@ -46,9 +46,14 @@ def port_tree(state: HcaPortState, rate: str) -> PortTree:
     if state.roce:
         hw.update({name: state.hw.value(name) for name in MLX5_CONG_COUNTERS})
     hw["lifespan"] = LIFESPAN_MS
-    return PortTree(state=state_text, phys_state=phys_text, rate=rate,
-                    link_layer="Ethernet" if state.roce else "InfiniBand",
-                    counters=dict(sorted(counters.items())), hw_counters=dict(sorted(hw.items())))  # fmt: skip
+    return PortTree(
+        state=state_text,
+        phys_state=phys_text,
+        rate=rate,
+        link_layer="Ethernet" if state.roce else "InfiniBand",
+        counters=dict(sorted(counters.items())),
+        hw_counters=dict(sorted(hw.items())),
+    )
 
 
 def device_trees(ports: Iterable[HcaPortState], rate: str) -> dict[str, DeviceTree]:

@@ -79,8 +79,9 @@ class Transport:
         self.metrics = TransportMetrics(self.registry)
         self.spool = Spool(settings.spool.dir or settings.data_dir / "spool", settings.spool.max_bytes)
         self._clock = clock or SystemClock()
-        self.batcher = Batcher(settings.node, agent_version, cfg.batch_max_samples, cfg.batch_max_seconds,
-                               self._clock.time)  # fmt: skip
+        self.batcher = Batcher(
+            settings.node, agent_version, cfg.batch_max_samples, cfg.batch_max_seconds, self._clock.time
+        )
         self.link = Link(Backoff(cfg.backoff_initial_seconds, cfg.backoff_max_seconds, rng))
         self.content_type = JSON if cfg.encoding == "json" else MSGPACK
         self._flags = (FLAG_GZIP if cfg.compress else 0) | (FLAG_JSON if cfg.encoding == "json" else 0)
@@ -100,14 +101,29 @@ class Transport:
         await asyncio.to_thread(self.spool.open)
         self._update_spool_gauges()
         self._poster = self._poster_factory(self.settings.transport)
-        self._sender = Sender(self.settings.transport, self.settings.central, self.settings.token,
-                              self._agent_version, self._poster, self._clock.time)  # fmt: skip
-        self._tasks = [asyncio.create_task(self._timer(), name="transport-timer"),
-                       asyncio.create_task(self._drain(), name="transport-drain")]  # fmt: skip
-        self._tasks += [asyncio.create_task(self._live_worker(), name=f"transport-live-{i}")
-                        for i in range(LIVE_WORKERS)]  # fmt: skip
-        logs.event(log, logging.INFO, "transport started", central=self._sender.url,
-                   spooled_batches=len(self.spool), spool_bytes=self.spool.size_bytes)  # fmt: skip
+        self._sender = Sender(
+            self.settings.transport,
+            self.settings.central,
+            self.settings.token,
+            self._agent_version,
+            self._poster,
+            self._clock.time,
+        )
+        self._tasks = [
+            asyncio.create_task(self._timer(), name="transport-timer"),
+            asyncio.create_task(self._drain(), name="transport-drain"),
+        ]
+        self._tasks += [
+            asyncio.create_task(self._live_worker(), name=f"transport-live-{i}") for i in range(LIVE_WORKERS)
+        ]
+        logs.event(
+            log,
+            logging.INFO,
+            "transport started",
+            central=self._sender.url,
+            spooled_batches=len(self.spool),
+            spool_bytes=self.spool.size_bytes,
+        )
 
     async def close(self) -> None:
         """Flush: send what is pending (bounded by the send timeout), spool whatever is left."""
@@ -189,8 +205,10 @@ class Transport:
                 await self._deliver_live(await self._encode(key, batch))
             except Exception as exc:  # a bug or an unencodable batch must not stop the worker
                 self.metrics.drop("invalid")
-                log.exception("batch dropped: cannot be encoded or sent",
-                              extra={"fields": {"batch_id": batch.batch_id, "error": repr(exc)}})  # fmt: skip
+                log.exception(
+                    "batch dropped: cannot be encoded or sent",
+                    extra={"fields": {"batch_id": batch.batch_id, "error": repr(exc)}},
+                )
             finally:
                 self._queue.task_done()
             self._inflight.pop(batch.batch_id, None)
@@ -284,19 +302,30 @@ class Transport:
         if result.duplicate:
             logs.event(log, logging.DEBUG, "central already had batch", batch_id=batch_id)
         if self.link.succeeded():
-            logs.event(log, logging.INFO, "central reachable again; draining the spool",
-                       spooled_batches=len(self.spool))  # fmt: skip
+            logs.event(
+                log, logging.INFO, "central reachable again; draining the spool", spooled_batches=len(self.spool)
+            )
         self._wake_drain.set()
 
     def _link_failed(self, grant: Grant, result: SendResult) -> None:
         now = asyncio.get_running_loop().time()
         self.metrics.central_up.set(0)
         if self.link.failed(grant, now, result.reason, result.retry_after):
-            logs.event(log, logging.WARNING, "central unreachable; spooling batches", reason=result.reason,
-                       retry_in_seconds=round(self.link.retry_at - now, 3))  # fmt: skip
+            logs.event(
+                log,
+                logging.WARNING,
+                "central unreachable; spooling batches",
+                reason=result.reason,
+                retry_in_seconds=round(self.link.retry_at - now, 3),
+            )
         else:
-            logs.event(log, logging.DEBUG, "send failed", reason=result.reason,
-                       retry_in_seconds=round(self.link.retry_at - now, 3))  # fmt: skip
+            logs.event(
+                log,
+                logging.DEBUG,
+                "send failed",
+                reason=result.reason,
+                retry_in_seconds=round(self.link.retry_at - now, 3),
+            )
         self._wake_drain.set()
 
     async def _spool(self, enc: Encoded) -> None:
@@ -304,14 +333,26 @@ class Transport:
             dropped = await asyncio.to_thread(self.spool.put, enc.batch_id, enc.body, self._flags, enc.key)
         except SpoolWriteError as exc:
             self.metrics.drop(exc.reason)
-            logs.event(log, logging.ERROR, "cannot spool batch; dropped", batch_id=enc.batch_id,
-                       samples=enc.samples, reason=exc.reason, error=str(exc))  # fmt: skip
+            logs.event(
+                log,
+                logging.ERROR,
+                "cannot spool batch; dropped",
+                batch_id=enc.batch_id,
+                samples=enc.samples,
+                reason=exc.reason,
+                error=str(exc),
+            )
             return
         self.metrics.spooled.inc()
         if dropped:
             self.metrics.drop("spool_full", len(dropped))
-            logs.event(log, logging.WARNING, "spool full; dropped oldest batches", dropped=len(dropped),
-                       max_bytes=self.spool.max_bytes)  # fmt: skip
+            logs.event(
+                log,
+                logging.WARNING,
+                "spool full; dropped oldest batches",
+                dropped=len(dropped),
+                max_bytes=self.spool.max_bytes,
+            )
         self._update_spool_gauges()
         self._wake_drain.set()
 
@@ -329,12 +370,14 @@ class Transport:
         try:
             target = await asyncio.to_thread(self.spool.quarantine_bytes, enc.batch_id, data, reason)
         except SpoolWriteError as exc:
-            logs.event(log, logging.ERROR, "batch rejected; not kept", batch_id=enc.batch_id,
-                       reason=reason, error=str(exc))  # fmt: skip
+            logs.event(
+                log, logging.ERROR, "batch rejected; not kept", batch_id=enc.batch_id, reason=reason, error=str(exc)
+            )
             return
         self.metrics.quarantined.inc()
-        logs.event(log, logging.ERROR, "batch rejected; quarantined", batch_id=enc.batch_id,
-                   file=str(target), reason=reason)  # fmt: skip
+        logs.event(
+            log, logging.ERROR, "batch rejected; quarantined", batch_id=enc.batch_id, file=str(target), reason=reason
+        )
 
     def _update_spool_gauges(self) -> None:
         self.metrics.spool_bytes.set(self.spool.size_bytes)

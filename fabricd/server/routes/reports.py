@@ -19,7 +19,9 @@ from fabricd.server.routes.common import AUTH_ERRORS, NOT_FOUND
 from fabricd.timeparse import parse_duration
 
 router = APIRouter(tags=["incidents"])
-_HTML: dict[int | str, dict[str, Any]] = {200: {"content": {"text/html": {}}, "description": "the report (HTML, plots inlined as PNG)"}}
+_HTML: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/html": {}}, "description": "the report (HTML, plots inlined as PNG)"}
+}
 
 
 @router.get(
@@ -46,8 +48,9 @@ def incident_report(
 
     fabric = _fabric(link_rate, hcas_per_node, gpus_per_node, nodes_per_leaf)
     try:
-        query = ReportQuery(incident_id=incident_id, pad_seconds=_pad(pad), top=top, fabric=fabric,
-                            nccl_nodes=nccl_nodes)  # fmt: skip
+        query = ReportQuery(
+            incident_id=incident_id, pad_seconds=_pad(pad), top=top, fabric=fabric, nccl_nodes=nccl_nodes
+        )
     except ValueError as exc:
         raise ApiError(422, "invalid_request", f"model parameters: {exc}") from exc
     report = build_report(ServiceSource(svc, who), query, svc.clock())
