@@ -42,8 +42,8 @@ Row = dict[str, Any]
 def write_node_tree(root: Path) -> Path:
     """A realistic GPU node: 8 ConnectX-7 HCAs (IB: counters + hw_counters) and a RoCE bond
     (Ethernet: counters + hw_counters with the congestion counters), written with the same tree
-    writer the simulator uses (fabricd/sysfstree.py: the files and formats of the real fixtures)."""
-    from fabricd import sysfstree as st
+    writer the simulator uses (fabricd/sim/sysfstree.py: the files and formats of the real fixtures)."""
+    from fabricd.sim import sysfstree as st
 
     def counters() -> dict[str, st.Value]:
         vals: dict[str, st.Value] = {name: 3 for name in st.PORT_COUNTERS_BASE}

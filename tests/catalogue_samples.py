@@ -19,7 +19,7 @@ from fabricd.collector import build
 from fabricd.counters import RateEngine
 from fabricd.derived import derive
 from fabricd.model import Reading, Sample
-from fabricd.sysfstree import (
+from fabricd.sim.sysfstree import (
     MLX5_CONG_COUNTERS,
     MLX5_Q_COUNTERS,
     PORT_COUNTERS_BASE,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from fabricd.lab import Lab
+    from tests.support.lab import Lab
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = REPO / "tests" / "cases"
@@ -49,7 +49,7 @@ def skip_or_fail(reason: str) -> None:
 
 def built_lab(hosts: Sequence[str], prefix: str) -> Iterator[Lab]:
     """The netns lab for a test: needs root and iproute2; torn down (and checked gone) afterwards."""
-    from fabricd.lab import Lab, stale_namespaces
+    from tests.support.lab import Lab, stale_namespaces
 
     need_root()
     for tool in ("ip", "tc", "bridge"):

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fabricd.server.testing import pg_reachable
 from tests.helpers import need_binary, skip_or_fail
+from tests.support.server import pg_reachable
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from fabricd.cli import main
 from fabricd.model import Incident, IncidentKind, IncidentState, Kind, Severity
 from fabricd.server import db
 from fabricd.server.store import Store
-from fabricd.server.testing import ServerProcess, encoded, free_port, ib_sample, make_batch
+from tests.support.server import ServerProcess, encoded, free_port, ib_sample, make_batch
 
 pytestmark = pytest.mark.slow
 

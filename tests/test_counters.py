@@ -1,6 +1,6 @@
 """Counter semantics (fabricd.counters.RateEngine) on sequences of real-format sysfs trees.
 
-Each scenario writes a tree with fabricd.sysfstree, reads it with the infiniband collector as the
+Each scenario writes a tree with fabricd.sim.sysfstree, reads it with the infiniband collector as the
 agent would, and feeds the readings to one RateEngine with explicit scrape timestamps.
 """
 
@@ -16,7 +16,7 @@ from collectors.infiniband import InfinibandCollector
 from fabricd.collector import CollectorContext
 from fabricd.counters import DEFAULT_MAX_RATE, DEFAULT_MAX_RATES, RateEngine
 from fabricd.model import Kind, Reading, Sample, Status
-from fabricd.sysfstree import DeviceTree, PortTree, write_infiniband_tree
+from fabricd.sim.sysfstree import DeviceTree, PortTree, write_infiniband_tree
 
 U32 = 2**32
 

@@ -14,7 +14,7 @@ from fabricd.counters import RateEngine
 from fabricd.derived import derive
 from fabricd.exposition import render
 from fabricd.model import Kind, Reading, labels_of
-from fabricd.sysfstree import DeviceTree, PortTree, write_infiniband_tree
+from fabricd.sim.sysfstree import DeviceTree, PortTree, write_infiniband_tree
 from tests.helpers import CASES
 
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from fabricd import eval as ev
 from fabricd.cli.sim import default_scenarios
 from fabricd.model import Incident, IncidentKind, IncidentState, Severity
+from fabricd.sim import eval as ev
 from fabricd.sim.truth import Truth
 
 TARGET_RECALL = 1.0

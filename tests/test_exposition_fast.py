@@ -23,8 +23,8 @@ from fabricd.server import db
 from fabricd.server.fleet_text import FleetText
 from fabricd.server.metrics import FleetCollector, ServerMetrics, render
 from fabricd.server.store import Store
-from fabricd.server.testing import ib_sample, make_batch
 from tests.catalogue_samples import all_samples
+from tests.support.server import ib_sample, make_batch
 
 T0 = 1_800_000_000.0
 Rows = list[tuple[str | None, Sample]]

@@ -20,7 +20,7 @@ from collectors import REGISTRY
 from collectors.infiniband import InfinibandCollector, parse_rate, parse_state, parse_value
 from fabricd.collector import CollectorConfigError, CollectorContext, build
 from fabricd.model import Kind, Reading
-from fabricd.sysfstree import DeviceTree, PortTree, Raw, write_infiniband_tree
+from fabricd.sim.sysfstree import DeviceTree, PortTree, Raw, write_infiniband_tree
 from tests.helpers import CASES
 
 CASE_DIR = CASES / "infiniband"

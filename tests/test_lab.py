@@ -1,6 +1,6 @@
 """The netns lab: real congestion, loss, HOL blocking and PFC frames, measured by the real collectors.
 
-Topology (fabricd/lab.py): hosts h0..h3 on one bridge. Every assertion compares pairs that cross a
+Topology (tests/support/lab.py): hosts h0..h3 on one bridge. Every assertion compares pairs that cross a
 bottleneck with pairs that do not, in the same run, so the margins hold on a busy 2-core machine.
 """
 
@@ -17,9 +17,9 @@ import pytest
 from collectors.capture import AfPacketSource, CaptureCollector
 from collectors.pingmesh import PingmeshCollector
 from fabricd.collector import build
-from fabricd.lab import Bottleneck, Direction, Lab, stale_namespaces
 from fabricd.model import Reading
 from tests.helpers import built_lab, need_root
+from tests.support.lab import Bottleneck, Direction, Lab, stale_namespaces
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

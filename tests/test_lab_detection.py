@@ -1,9 +1,9 @@
 """Detection on the netns lab: a real tbf bottleneck is a congestion incident, a real pfifo drop a
 packet_loss incident, each localized to the link it is on.
 
-Five hosts on one bridge (``fabricd/lab.py``); one fabricd agent per host (pingmesh to every other
+Five hosts on one bridge (``tests/support/lab.py``); one fabricd agent per host (pingmesh to every other
 host, netlink for its interface) and one for the switch namespace (netlink for the switch ports)
-scrape every second of real time (``fabricd/lab_agent.py``); every round goes through the detection
+scrape every second of real time (``tests/support/lab_agent.py``); every round goes through the detection
 engine with the lab's topology and its paths. The rules are the shipped ones except the one value
 that depends on the scrape interval (``lab_rules``: probe_outage).
 
@@ -26,10 +26,10 @@ import pytest
 from fabricd.detect.engine import DetectionEngine
 from fabricd.detect.rules import RuleError, load_rules
 from fabricd.detect.series import counter
-from fabricd.lab import Bottleneck, Direction, Lab
-from fabricd.lab_agent import Batch, LabFleet, SwitchPorts, lab_rules, lab_topology, star_paths
 from fabricd.model import Incident, IncidentKind, Kind
 from tests.helpers import built_lab
+from tests.support.lab import Bottleneck, Direction, Lab
+from tests.support.lab_agent import Batch, LabFleet, SwitchPorts, lab_rules, lab_topology, star_paths
 
 PREFIX = "fdld"
 HOSTS = ["h0", "h1", "h2", "h3", "h4"]

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.infiniband import InfinibandCollector
 from fabricd.collector import CollectorContext
-from fabricd.sysfstree import KINDS, random_tree
+from fabricd.sim.sysfstree import KINDS, random_tree
 from tests.helpers import CASES, REPO, need_binary
 
 CASE_DIR = CASES / "infiniband"

@@ -1,7 +1,7 @@
 """``fabricd report`` and ``GET /api/v1/incidents/{id}/report`` on an incident the real pipeline found.
 
 A small simulated fabric (tests/cases/report/link-flap-small.yaml: one flapping host link) is
-replayed through the agent's collectors (``fabricd.eval``'s replay pieces, plus the pingmesh
+replayed through the agent's collectors (``fabricd.sim.eval``'s replay pieces, plus the pingmesh
 collector on the simulator's model prober), stored by the central's ``Store.ingest`` and run through
 the ``DetectionLoop`` with the real detection engine. The report is then built against a real
 ``fabricd server`` process (CLI) and the in-process app (route), and checked against the REST API.
@@ -29,8 +29,8 @@ from fabricd.perfmodel import Fabric, predict
 from fabricd.report import ReportQuery, RestSource, build_report, write_report
 from fabricd.server import db
 from fabricd.server.app import create_app
-from fabricd.server.testing import ServerProcess, free_port, running
 from fabricd.settings import ServerSettings
+from tests.support.server import ServerProcess, free_port, running
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +71,8 @@ def _add_pingmesh(cluster: Any, nodes: list[Any], clock: Any) -> None:
 
 
 async def _replay(workdir: Path) -> tuple[Any, list[tuple[float, list[tuple[str, Sample]]]]]:
-    from fabricd import eval as ev
     from fabricd.clock import ManualClock
+    from fabricd.sim import eval as ev
     from fabricd.sim.cluster import create
     from fabricd.sim.scenario import load
 

@@ -18,10 +18,10 @@ from fabricd.model import Incident, IncidentKind, IncidentState, Kind, Sample, S
 from fabricd.server.app import create_app
 from fabricd.server.services import Services
 from fabricd.server.store import Store
-from fabricd.server.testing import backend_url, encoded, ib_sample, make_batch, pg_reachable, running
 from fabricd.settings import LimitSettings, ServerSettings
 from fabricd.topology import fat_tree, to_doc
 from tests.helpers import skip_or_fail
+from tests.support.server import backend_url, encoded, ib_sample, make_batch, pg_reachable, running
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import text
 
 from fabricd.server import db
-from fabricd.server.testing import ServerProcess, backend_url, encoded, ib_sample, make_batch, pg_reachable
 from tests.helpers import skip_or_fail
+from tests.support.server import ServerProcess, backend_url, encoded, ib_sample, make_batch, pg_reachable
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

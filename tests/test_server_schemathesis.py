@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from fabricd.server import db
 from fabricd.server.store import Store
-from fabricd.server.testing import ServerProcess, encoded, ib_sample, make_batch
+from tests.support.server import ServerProcess, encoded, ib_sample, make_batch
 
 pytestmark = pytest.mark.slow
 

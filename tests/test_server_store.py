@@ -16,8 +16,8 @@ from fabricd.server.detection import DetectionLoop
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store import Store, downsample
 from fabricd.server.tables import Base
-from fabricd.server.testing import backend_url, ib_sample, make_batch, pg_reachable
 from tests.helpers import skip_or_fail
+from tests.support.server import backend_url, ib_sample, make_batch, pg_reachable
 
 T0 = 1_800_000_000.0
 

@@ -6,8 +6,8 @@ import pytest
 
 from fabricd.model import Kind
 from fabricd.server.ports import port_views, select_ports
-from fabricd.server.testing import ib_sample
 from fabricd.timeparse import iso, parse_duration, parse_time
+from tests.support.server import ib_sample
 
 NOW = 1_800_000_000.0
 

@@ -16,7 +16,7 @@ from fabricd.counters import RateEngine
 from fabricd.model import Status
 from fabricd.sim.cluster import SimCluster, create
 from fabricd.sim.scenario import Scenario, parse
-from fabricd.sysfstree import PORT_COUNTERS_BASE
+from fabricd.sim.sysfstree import PORT_COUNTERS_BASE
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sim" / "gpud-h100-mlx5_0"
 NUMBER = re.compile(rb"\d+\n?")

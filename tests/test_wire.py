@@ -10,7 +10,7 @@ import pytest
 
 from fabricd import wire
 from fabricd.model import Kind, Reading, Sample, Status
-from fabricd.server.testing import ib_sample, make_batch
+from tests.support.server import ib_sample, make_batch
 
 SATURATED = Sample(
     10.0,

@@ -50,8 +50,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fabricd import logs
-    from fabricd.demo import DemoOptions
-    from fabricd.demo import run as run_demo
+    from fabricd.sim.demo import DemoOptions
+    from fabricd.sim.demo import run as run_demo
 
     logs.setup("info")
     return run_demo(

@@ -91,7 +91,7 @@ def default_scenarios() -> list[str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from fabricd import eval as ev
+    from fabricd.sim import eval as ev
     from fabricd.sim.scenario import ScenarioError, shipped
 
     if args.list:

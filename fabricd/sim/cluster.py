@@ -22,9 +22,9 @@ from fabricd.progress import Step, quiet
 from fabricd.sim import nccl as nccl_mod
 from fabricd.sim.model import Simulation, simulate
 from fabricd.sim.scenario import Scenario
+from fabricd.sim.sysfstree import write_in_place
 from fabricd.sim.truth import Truth, truths
 from fabricd.sim.writers import NodeWriter, rate_text
-from fabricd.sysfstree import write_in_place
 
 
 @dataclass

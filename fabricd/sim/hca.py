@@ -7,7 +7,7 @@ is derived from the total the way the hardware presents it:
   ``port_rcv_data`` count **4-octet words** (kernel ABI sysfs-class-infiniband), so the model adds
   bytes / 4.
 - the narrow PortCounters **saturate** at all ones (IBA 16.1.3.5, "shall not wrap"): widths from
-  ``fabricd.sysfstree.PORT_COUNTERS_BASE`` (symbol_error 16, link_downed 8, ... port_xmit_wait 32).
+  ``fabricd.sim.sysfstree.PORT_COUNTERS_BASE`` (symbol_error 16, link_downed 8, ... port_xmit_wait 32).
 - mlx5 ``hw_counters`` Q counters are 32-bit and **wrap** (drivers/infiniband/hw/mlx5/counters.c,
   query_q_counter_out fields are __be32); the congestion counters (np_*, rp_*) are 64-bit.
 - ethtool statistics are u64 (struct ethtool_stats).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from fabricd.sysfstree import MLX5_CONG_COUNTERS, MLX5_Q_COUNTERS, PORT_COUNTERS_BASE
+from fabricd.sim.sysfstree import MLX5_CONG_COUNTERS, MLX5_Q_COUNTERS, PORT_COUNTERS_BASE
 
 # counters/ as on the gpud H100 capture (kernel >= 4.5: base + extended data/packet counters).
 COUNTERS_DATA = (

@@ -1,6 +1,6 @@
 """Show the simulated counters the way a host does: a sysfs tree per node and ``ethtool -S`` text.
 
-The first write lays the whole tree out with ``fabricd.sysfstree.write_infiniband_tree`` (the same
+The first write lays the whole tree out with ``fabricd.sim.sysfstree.write_infiniband_tree`` (the same
 writer the collector tests use, formats as the kernel's). Later writes rewrite only the files whose
 content changed, in place (same inode, like a sysfs attribute): most error counters stay put between
 scrapes, so an interval costs a few writes per port instead of ~60.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabricd.sim.hca import COUNTERS_DATA, HW_EXTRA_64, LIFESPAN_MS, CounterTable, HcaPortState, ethtool_names
-from fabricd.sysfstree import (
+from fabricd.sim.sysfstree import (
     MLX5_CONG_COUNTERS,
     MLX5_Q_COUNTERS,
     PORT_COUNTERS_BASE,
@@ -145,7 +145,7 @@ class NodeWriter:
 
 
 def lay_out(top: Path, trees: dict[str, DeviceTree]) -> None:
-    """A fresh tree: the files and formats of ``fabricd.sysfstree.tree_files``, written once.
+    """A fresh tree: the files and formats of ``fabricd.sim.sysfstree.tree_files``, written once.
     (``write_infiniband_tree`` also prunes stale files, a walk that costs seconds on 256 nodes.)"""
     if top.exists():
         write_infiniband_tree(top.parent.parent, trees)

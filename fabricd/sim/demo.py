@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE_SYSFS = REPO / "deploy" / "demo" / "sys"
 
 

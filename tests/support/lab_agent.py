@@ -32,9 +32,9 @@ from fabricd.agent.agent import Agent
 from fabricd.agent.runtime import CollectorRunner, build_collectors
 from fabricd.detect.rules import RuleError, RuleSet, load_rules, parse_condition
 from fabricd.detect.signals import SIGNALS
-from fabricd.lab import Lab
 from fabricd.model import CollectorHealth, Reading, Sample, labels_of
 from fabricd.topology import HcaPort, Switch, Topology
+from tests.support.lab import Lab
 
 LAB_SWITCH = "lab-leaf"  # a dash: element ids without one read as nodes (fabricd.detect.localize)
 REGISTRY = {

@@ -14,8 +14,8 @@ everything down on exit (processes it spawned, then the namespaces, which takes 
 even when the body raised. Sockets for in-process agents are opened inside a host namespace by a
 short-lived thread that ``setns()``s into it (a socket keeps the namespace it was created in).
 
-``python -m fabricd.lab demo`` runs the congestion demonstration (``make demo``);
-``python -m fabricd.lab blast ...`` is the bulk sender the lab starts inside a namespace;
+``python tests/support/lab.py demo`` runs the congestion demonstration (``make demo``);
+``python tests/support/lab.py blast ...`` is the bulk sender the lab starts inside a namespace;
 ``stream``/``sink`` are the two ends of a TCP bulk flow with a clamped receive window.
 """
 
@@ -45,8 +45,10 @@ CLONE_NEWNET = 0x40000000  # <linux/sched.h>
 DEFAULT_PREFIX = "fdlab"
 BRIDGE = "flbr0"
 SUBNET = "10.211.0."
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
+# How the lab starts this module inside a namespace: by path, so no package need be importable there.
+SELF = (sys.executable, str(Path(__file__).resolve()))
 
 
 class Direction(enum.StrEnum):
@@ -357,9 +359,7 @@ class Lab:
     ) -> subprocess.Popen[bytes]:
         """A bounded UDP bulk flow from ``src`` to ``dst`` (a separate process inside ``src``)."""
         argv = [
-            sys.executable,
-            "-m",
-            "fabricd.lab",
+            *SELF,
             "blast",
             self.address(dst),
             str(port),
@@ -387,10 +387,8 @@ class Lab:
         the excess). Returns the sender; the sink is started first and ends on its own.
         """
         address = self.address(dst)
-        self.spawn(
-            dst, [sys.executable, "-m", "fabricd.lab", "sink", address, str(port), str(window_bytes), str(seconds + 5)]
-        )
-        return self.spawn(src, [sys.executable, "-m", "fabricd.lab", "stream", address, str(port), str(seconds)])
+        self.spawn(dst, [*SELF, "sink", address, str(port), str(window_bytes), str(seconds + 5)])
+        return self.spawn(src, [*SELF, "stream", address, str(port), str(seconds)])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -547,7 +545,7 @@ async def _demo(seconds: float) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fabricd.lab")
+    parser = argparse.ArgumentParser(prog="python tests/support/lab.py")
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("blast", help="paced UDP bulk sender")
     b.add_argument("address")
