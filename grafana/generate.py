@@ -320,9 +320,11 @@ def port() -> dict[str, Any]:
             timeseries(
                 "RDMA retransmissions",
                 "Sequence errors and ACK timeouts per second (each is a retransmission: loss somewhere on the path).",
-                target(f"fabricd_infiniband_out_of_sequence_per_second{{{PORT}}}", "out of sequence {{device}}"),
-                target(f"fabricd_infiniband_packet_seq_err_per_second{{{PORT}}}", "seq err NAK {{device}}"),
-                target(f"fabricd_infiniband_local_ack_timeout_err_per_second{{{PORT}}}", "ack timeout {{device}}"),
+                target(
+                    f"fabricd_infiniband_out_of_sequence_packets_per_second{{{PORT}}}", "out of sequence {{device}}"
+                ),
+                target(f"fabricd_infiniband_rx_sequence_error_naks_per_second{{{PORT}}}", "seq err NAK {{device}}"),
+                target(f"fabricd_infiniband_local_ack_timeouts_per_second{{{PORT}}}", "ack timeout {{device}}"),
             ),
             row("State"),
             stat(
