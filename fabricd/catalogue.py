@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from fabricd import signal_table as table
 from fabricd.drivers import ethtool as eth
 from fabricd.drivers import ib
 from fabricd.drivers.ib import pma
@@ -101,6 +102,17 @@ def _ethtool_rows() -> tuple[MetricSpec, ...]:
     return _rows(*(_term("ethtool", VOCABULARY[n], PRIO if p else IFACE) for n, p in per_priority.items()))
 
 
+def _derived_rows() -> tuple[MetricSpec, ...]:
+    rows = (s for s in table.SIGNALS if s.agent)
+    return _rows(
+        *(
+            _gauge(metric_stem("derived", s.name, s.unit), _RATES.get(s.unit, ""), s.help, s.labels, s.optional_labels)
+            for s in rows
+        )
+    )
+
+
+_RATES = {"ratio": "ratio", "bytes_per_second": "bytes/s", "packets_per_second": "packets/s", "per_second": "1/s"}
 IB = "fabricd_infiniband_"
 ETH = "fabricd_ethtool_"
 NL = "fabricd_netlink_"
@@ -147,7 +159,6 @@ NC = "fabricd_nccl_"
 NCCL_ROW = ("node", "op", "size", "placement")
 NCCL_RUN = ("node", "op")
 
-DER = "fabricd_derived_"
 
 SELF_NODE_COLLECTOR = ("node", "collector")
 
@@ -237,29 +248,8 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
         "assumes for this job (option model_efficiency, else the model default), by algorithm",
         (*NCCL_RUN, "algo"),
     ),
-    # --- derived signals (computed at the agent from one scrape's rates) ---
-    _gauge(DER + "ecn_marked_ratio", "ratio", "Fraction of received RoCE packets marked ECN CE", PORT),
-    _gauge(DER + "cnp_sent_packets_per_second", "packets/s", "CNPs sent as notification point", PORT),
-    _gauge(DER + "cnp_handled_packets_per_second", "packets/s", "CNPs handled as reaction point", PORT),
-    _gauge(
-        DER + "xmit_wait_lost_bytes_per_second",
-        "bytes/s",
-        "Bandwidth lost to credit starvation (XmitWait rate x 8 bytes per tick, an estimate)",
-        PORT,
-    ),
-    _gauge(DER + "symbol_errors_per_gigabyte", "", "Symbol errors per 1e9 received bytes", PORT),
-    _gauge(DER + "receive_errors_per_gigabyte", "", "Receive errors per 1e9 received bytes", PORT),
-    _gauge(
-        DER + "rx_pause_ratio", "ratio", "Fraction of the interval the priority was paused by the peer", PRIO, ("port",)
-    ),
-    _gauge(DER + "tx_pause_ratio", "ratio", "Fraction of the interval the port paused its peer", PRIO, ("port",)),
-    _gauge(
-        DER + "nccl_efficiency_ratio",
-        "ratio",
-        "NCCL-tests busbw at the run's largest out-of-place size "
-        "divided by the performance model's prediction on this node's fabric ports (device = op)",
-        ("node", "device", "size"),
-    ),
+    # --- derived signals (computed at the agent from one scrape's rates: fabricd/signal_table.py) ---
+    _derived_rows(),
     # --- counter semantics ---
     _gauge(
         "fabricd_saturated_since_timestamp_seconds",
