@@ -31,7 +31,7 @@ from fabricd.sim.sysfstree import (
 from tests.helpers import CASES
 
 NODE = "node-001"
-IB_TREES = ("procfs", "node_exporter", "gpud-h100")
+IB_TREES = ("procfs", "node_exporter", "gpud-h100", "bnxt_re-kernel-names")
 
 
 def _bump_counters(root: Path, by: int) -> None:
