@@ -1,9 +1,9 @@
 """Derived signals computed from one scrape's samples (``source="derived"``, gauges, unit in the name).
 
-Every signal is defined in ``fabricd.signal_table`` (inputs, formula, unit, help, floor) and computed
-by its function there: the detectors and the report call the same one. Here the scrape's samples are
-gathered per source and device, split into the table's scopes (ports, priorities, qdiscs) and every
-signal the agent exports is evaluated. Only inputs with an honest rate (status OK or WRAPPED) are
+Every signal is defined in ``fabricd.signal_table`` (inputs, formula, unit, help) and computed by
+its function in ``fabricd.signal_math`` (with any floor): the detectors and the report call the same
+one. Here the scrape's samples are gathered per source and device, split into the same scopes
+(ports, priorities, qdiscs) and every signal the agent exports is evaluated. Only inputs with an honest rate (status OK or WRAPPED) are
 used: a first sighting, a reset or a saturated counter yields no derived value rather than a wrong
 one. Assumptions and sources are in ``docs/counters.md`` ("Derived signals"); the NCCL-tests
 efficiency (gauges in, a model prediction against the node's own ports) in ``docs/model.md``
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fabricd import signal_table as table
 from fabricd.model import Kind, Labels, Reading, Sample, Status
 from fabricd.perfmodel import ALGOS, OPS, Fabric, efficiency, predict
+from fabricd.signal_math import join_device_level
 
 SOURCE = "derived"
 IB = table.IB
@@ -28,10 +29,15 @@ _OK, _WRAPPED, _COUNTER = Status.OK, Status.WRAPPED, Kind.COUNTER
 MODEL_INPUTS = frozenset(
     {"busbw_bytes_per_second", "nodes", "ranks", "model_efficiency", "link_rate", "port_state", "port_info"}
 )
-_INPUTS = {src: names for src, names in table.SOURCE_INPUTS.items() if table.AGENT_BY_SOURCE[src]}
-_UNITS = {s.name: s.unit for s in table.SIGNALS if s.agent}
+# The inputs of the signals the agent exports, per source (only the names those signals read).
+_INPUTS = {
+    src: frozenset(n for sig in sigs for slot in sig.inputs for n in slot) & table.SOURCE_INPUTS[src]
+    for src, sigs in table.AGENT_BY_SOURCE.items()
+    if sigs
+}
+_ANY = frozenset().union(*_INPUTS.values()) | MODEL_INPUTS
 
-Group = dict[tuple[str, str, Labels], float | None]  # one (source, device): (metric, port, labels) -> value
+Scopes = dict[tuple[str, Labels], dict[str, float]]  # one (source, device): (port, labels) -> metric -> value
 
 
 def derive(samples: Sequence[Sample]) -> list[Sample]:
@@ -39,10 +45,11 @@ def derive(samples: Sequence[Sample]) -> list[Sample]:
     model: list[Sample] = []
     groups = index_inputs(samples, model)
     out: list[Sample] = []
-    for (source, device), (ts, values) in groups.items():
-        for (port, labels), scope in table.scopes(values).items():
-            for signal, value in table.evaluate(scope, table.AGENT_BY_SOURCE[source]):
-                out.append(_derived(ts, device, port, signal.name, value, labels))
+    for (source, device), (ts, scopes) in groups.items():
+        signals = table.AGENT_BY_SOURCE[source]
+        for (port, labels), scope in join_device_level(scopes).items():
+            for signal, value in table.evaluate(scope, signals):
+                out.append(_derived(ts, device, port, signal.name, value, labels, signal.unit))
     if model:
         out.extend(nccl_efficiency(model))
     return out
@@ -50,20 +57,26 @@ def derive(samples: Sequence[Sample]) -> list[Sample]:
 
 def index_inputs(
     samples: Sequence[Sample], model: list[Sample] | None = None
-) -> dict[tuple[str, str], tuple[float, Group]]:
-    """One pass over a scrape: the signal inputs by (source, device), each ``(metric, port, labels)
-    -> rate`` (counters, honest only) or value (gauges); a repeated key keeps its last sample. When
-    ``model`` is given, the samples named in ``MODEL_INPUTS`` are appended to it.
+) -> dict[tuple[str, str], tuple[float, Scopes]]:
+    """One pass over a scrape: the signal inputs by (source, device), in scopes (port, labels) of
+    ``metric -> rate`` (counters, honest only) or value (gauges), the grouping of
+    ``fabricd.signal_math.scopes``; a repeated key keeps its last sample. When ``model`` is given,
+    the samples named in ``MODEL_INPUTS`` are appended to it.
 
-    Runs on every scrape over every sample, so most samples cost a dict and a set lookup of interned
-    names; only the candidates have their kind and status checked (by identity: an enum's hash is a
-    Python call).
+    Runs on every scrape over every sample, so most samples cost one set lookup of an interned name;
+    only the candidates have their kind and status checked (by identity: an enum's hash is a Python
+    call), and a collector's readings of one port come together, so the scope is looked up again
+    only when the port changes.
     """
-    groups: dict[tuple[str, str], tuple[float, Group]] = {}
-    inputs = _INPUTS
+    groups: dict[tuple[str, str], tuple[float, Scopes]] = {}
+    inputs, candidates = _INPUTS, _ANY
+    scope: dict[str, float] = {}
+    where: tuple[str, str, str, Labels] | None = None  # (source, device, port, labels) of ``scope``
     for s in samples:
         r = s.reading
         metric = r.name or r.counter
+        if metric not in candidates:  # most samples: one set lookup
+            continue
         if model is not None and metric in MODEL_INPUTS:
             model.append(s)
         wanted = inputs.get(r.source)
@@ -74,16 +87,21 @@ def index_inputs(
             value = s.rate if status is _OK or status is _WRAPPED else None
         else:
             value = r.value
-        key = (r.source, r.device)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = (s.ts, {})
-        group[1][(metric, r.port, r.labels)] = value
+        if where is None or r.port != where[2] or r.device != where[1] or r.labels != where[3] or r.source != where[0]:
+            where = (r.source, r.device, r.port, r.labels)
+            group = groups.get(where[:2])
+            if group is None:
+                group = groups[where[:2]] = (s.ts, {})
+            scope = group[1].setdefault((r.port, r.labels), {})
+        if value is None:
+            scope.pop(metric, None)  # no honest rate this scrape: no input
+        else:
+            scope[metric] = value
     return groups
 
 
-def _derived(ts: float, device: str, port: str, name: str, value: float, labels: Labels = ()) -> Sample:
-    return Sample(ts, Reading(SOURCE, device, port, name, value, _UNITS[name], Kind.GAUGE, labels, name, 0))
+def _derived(ts: float, device: str, port: str, name: str, value: float, labels: Labels, unit: str) -> Sample:
+    return Sample(ts, Reading(SOURCE, device, port, name, value, unit, Kind.GAUGE, labels, name, 0))
 
 
 # --- NCCL-tests efficiency (docs/model.md, "Efficiency at the agent") -------------------------------
@@ -113,7 +131,7 @@ def nccl_efficiency(inputs: Sequence[Sample]) -> Iterator[Sample]:
         value = run_efficiency(op, run, *ports)
         if value is not None and run.busbw is not None:
             labels = (("size", str(run.size)),)
-            yield _derived(run.busbw.ts, run.busbw.reading.device, "", "nccl_efficiency", value, labels)
+            yield _derived(run.busbw.ts, run.busbw.reading.device, "", "nccl_efficiency", value, labels, "ratio")
 
 
 def nccl_runs(samples: Iterator[Sample]) -> dict[str, NcclRunInputs]:

@@ -4,7 +4,7 @@ Read by the agent (``fabricd/derived.py``: ``fabricd_derived_<name>`` gauges), t
 (``fabricd/detect/signals.py``: the signals ``rules/detection/*.yaml`` name), the report
 (``fabricd/report/gather.py``: the value plotted for an incident's evidence), the metric catalogue
 and the dashboard generator. Each consumer gathers the inputs of one *scope* (a port, an interface,
-a qdisc, a priority, a probed peer: ``scopes``) from its own data, the same way, and calls the
+a qdisc, a priority, a probed peer: ``fabricd.signal_math.scopes``) from its own data, the same way, and calls the
 signal's ``compute``: the agent's exported ECN ratio, the incident's evidence and the report's plot
 are the same number for the same samples (``tests/test_signal_agreement.py``).
 
@@ -17,33 +17,31 @@ seen not ACTIVE, or changing state, since the last scrape), not a reading.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabricd.drivers import ethtool as eth
 from fabricd.drivers import ib
 from fabricd.drivers.ib import pma
 from fabricd.drivers.vocabulary import PORT as PORT_ATTRIBUTES
-from fabricd.model import Labels
+from fabricd.signal_math import (
+    Slot,
+    Values,
+    ecn_marked_ratio,
+    first,
+    loss_ratio,
+    per_gigabyte,
+    ratio01,
+    total,
+    value,
+    xmit_wait_lost_bytes_per_second,
+    xmit_wait_ratio,
+)
 
-Slot = tuple[str, ...]  # alternative inputs, in order of preference
-Values = Mapping[str, float]  # one scope: input name -> rate (counters) or value (gauges)
 Compute = Callable[[Sequence[float | None]], float | None]
 
 IB, ETHTOOL, NETLINK, PINGMESH, NCCL, DERIVED = "infiniband", "ethtool", "netlink", "pingmesh", "nccl", "derived"
-
-# ECN is judged on received packets. A RoCE port with real traffic receives 10^5..10^7 packets/s
-# (100 Gb/s of 4 KiB MTU frames is 3 M/s); below 1,000/s (4 MB/s, management traffic of an idle
-# port) a ratio is noise: in a 1 s scrape its resolution is 0.1 % and its binomial spread at the 2 %
-# rule threshold is +-0.44 % (sqrt(0.02 x 0.98 / 1000)), so "above 2 %" means something; at 100
-# packets it would be +-1.4 % and one marked packet would move it a whole point.
-MIN_RECEIVED_PACKETS_PER_SECOND = 1000.0
-# DOMAIN.md: on NVIDIA Quantum switch ports lost bytes ~ delta(port_xmit_wait) x 8 (one tick is the
-# time of 8 bytes... at the port's rate). An estimate: on HCA ports the tick is implementation-defined,
-# so compare ports of one kind, not across kinds.
-XMIT_WAIT_BYTES_PER_TICK = 8.0
-GIGABYTE = 1e9
 
 RECEIVED_PACKETS: Slot = ("port_receive_packets", "rdma_rx_packets", "rx_unicast_packets")
 RECEIVED_BYTES: Slot = ("port_receive_data", "rdma_rx_bytes", "rx_unicast_bytes")
@@ -63,62 +61,6 @@ LINK_DOWNS = ("link_downed", "link_down_events", "carrier_changes", "port_down")
 PAUSE_STORMS = ("tx_pause_storm_warning_events", "tx_pause_storm_error_events")
 
 
-def _clamp01(x: float) -> float:
-    return min(1.0, max(0.0, x))
-
-
-def ecn_marked_ratio(v: Sequence[float | None]) -> float | None:
-    """marked / received packets per second, from 1,000 received packets/s; clamped to [0, 1]
-    (hw_counters are cached for ``lifespan`` ms, so the two rates cover slightly different windows)."""
-    marked, received = v
-    if marked is None or received is None or received < MIN_RECEIVED_PACKETS_PER_SECOND:
-        return None
-    return _clamp01(marked / received)
-
-
-def value(v: Sequence[float | None]) -> float | None:
-    """The input itself: a counter's rate (CNPs per second) or a gauge's level (backlog bytes)."""
-    return v[0]
-
-
-def ratio01(v: Sequence[float | None]) -> float | None:
-    """A fraction of time already (seconds paused per second), clamped to [0, 1]."""
-    return None if v[0] is None else _clamp01(v[0])
-
-
-def total(v: Sequence[float | None]) -> float | None:
-    """Sum of the inputs that have a value; None when none has (all saturated or absent)."""
-    found = [x for x in v if x is not None]
-    return sum(found) if found else None
-
-
-def xmit_wait_lost_bytes_per_second(v: Sequence[float | None]) -> float | None:
-    return None if v[0] is None else v[0] * XMIT_WAIT_BYTES_PER_TICK
-
-
-def xmit_wait_ratio(v: Sequence[float | None]) -> float | None:
-    """Bandwidth lost to XmitWait as a fraction of the link rate."""
-    ticks, link = v
-    if ticks is None or not link:
-        return None
-    return _clamp01(ticks * XMIT_WAIT_BYTES_PER_TICK / link)
-
-
-def per_gigabyte(v: Sequence[float | None]) -> float | None:
-    """errors per 1e9 received bytes (the IB data counters are already in bytes)."""
-    errors, received = v
-    if errors is None or received is None or received <= 0:
-        return None
-    return errors / (received / GIGABYTE)
-
-
-def loss_ratio(v: Sequence[float | None]) -> float | None:
-    sent, lost = v
-    if not sent or lost is None:
-        return None
-    return _clamp01(lost / sent)
-
-
 @dataclass(frozen=True)
 class Signal:
     """One signal. ``compute`` is None for the stateful ones the detection engine keeps itself
@@ -135,6 +77,16 @@ class Signal:
     central: bool = True
     labels: tuple[str, ...] = ("node", "device")  # of the exported series (catalogue)
     optional_labels: tuple[str, ...] = ("port",)
+    # evaluate's fast paths: the inputs when every slot has one name (most signals), else (); and the
+    # one input without which there is no value (all but the totals), checked before computing.
+    names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    lead: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        single = all(len(slot) == 1 for slot in self.inputs)
+        object.__setattr__(self, "names", tuple(slot[0] for slot in self.inputs) if single else ())
+        needs_first = self.compute is not total and len(self.inputs[0]) == 1
+        object.__setattr__(self, "lead", self.inputs[0][0] if needs_first else "")
 
 
 def _one(*names: str) -> tuple[Slot, ...]:
@@ -147,9 +99,13 @@ def _port(*args: Any, **kw: Any) -> Signal:
 
 
 def _sum(name: str, help: str, inputs: tuple[str, ...], **kw: Any) -> Signal:
-    """A per-second total of counters (errors, discards, events): the inputs that have a rate."""
+    """A per-second total of counters (errors, discards, events): the inputs that have a rate.
+
+    Not exported by the agent: Prometheus has every input's rate already (the ``_per_second`` gauge
+    of the same neutral counter), and rules/prometheus adds them up the same way (a test keeps its
+    lists equal to these); four more series per port would cost every scrape (docs/counters.md)."""
     formula = " + ".join(f"rate({n})" for n in inputs if n != "port_down")
-    return Signal(name, "per_second", help, formula, _one(*inputs), total, **kw)
+    return Signal(name, "per_second", help, formula, _one(*inputs), total, **{"agent": False, **kw})
 
 
 _PORT = ("node", "device", "port")
@@ -260,7 +216,6 @@ SIGNALS: tuple[Signal, ...] = (
         "Link down events per second (link_downed, PHY link downs, carrier changes; port_down: the port "
         "was seen not ACTIVE or changing state)",
         LINK_DOWNS,
-        agent=False,  # port_down needs the state history the central keeps
     ),
     Signal(
         "qdisc_backlog_bytes",
@@ -358,41 +313,33 @@ def _for_source(source: str, signals: Sequence[Signal]) -> tuple[Signal, ...]:
 AGENT_BY_SOURCE: dict[str, tuple[Signal, ...]] = {src: _for_source(src, AGENT) for src in SOURCE_INPUTS}
 CENTRAL_BY_SOURCE: dict[str, tuple[Signal, ...]] = {src: _for_source(src, CENTRAL) for src in SOURCE_INPUTS}
 
-ScopeKey = tuple[str, Labels]  # (port, labels)
+
+def rate_families(signal: Signal) -> list[str]:
+    """The Prometheus families of a total's inputs: each input's ``_per_second`` gauge from every
+    source that reads it (what rules/prometheus and the dashboards sum for the totals)."""
+    from fabricd.drivers.vocabulary import VOCABULARY
+    from fabricd.naming import metric_stem
+
+    names = [n for slot in signal.inputs for n in slot if n in VOCABULARY or n in SOURCE_INPUTS[NETLINK]]
+    units = {n: VOCABULARY[n].unit if n in VOCABULARY else "" for n in names}
+    return [
+        metric_stem(src, n, units[n]) + "_per_second"
+        for src, inputs in SOURCE_INPUTS.items()
+        for n in names
+        if n in inputs
+    ]
 
 
-def scopes(values: Mapping[tuple[str, str, Labels], float | None]) -> dict[ScopeKey, dict[str, float]]:
-    """One device's inputs, ``(metric, port, labels) -> value``, grouped by (port, labels); missing
-    values (None) dropped. Device-level counters (port ``""``: mlx5 device hw_counters) join the
-    device's port when it has exactly one; with several they cannot be attributed and stay apart."""
-    out: dict[ScopeKey, dict[str, float]] = {}
-    for (metric, port, labels), v in values.items():
-        if v is not None:
-            out.setdefault((port, labels), {})[metric] = v
-    device = out.get(("", ()))
-    named = [k for k in out if k[0]]
-    if device is not None and named:
-        del out[("", ())]
-        if len({port for port, _ in named}) == 1:
-            for key in named:
-                if not key[1]:
-                    out[key] = {**device, **out[key]}
-    return out
-
-
-def evaluate(values: Values, signals: Sequence[Signal]) -> Iterator[tuple[Signal, float]]:
-    """The signals one scope's inputs allow, in table order."""
+def evaluate(values: Values, signals: Sequence[Signal]) -> list[tuple[Signal, float]]:
+    """The signals one scope's inputs allow, in table order (every scrape, every scope: kept lean)."""
+    out = []
+    get = values.get
     for s in signals:
-        assert s.compute is not None
-        got = s.compute([first(values, slot) for slot in s.inputs])
+        if s.lead and s.lead not in values:
+            continue
+        names = s.names
+        args = [get(n) for n in names] if names else [first(values, slot) for slot in s.inputs]
+        got = s.compute(args)  # type: ignore[misc]  # the table's signals with a compute only
         if got is not None:
-            yield s, got
-
-
-def first(values: Values, slot: Slot) -> float | None:
-    """The value of the slot's first input that has one."""
-    for name in slot:
-        v = values.get(name)
-        if v is not None:
-            return v
-    return None
+            out.append((s, got))
+    return out

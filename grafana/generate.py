@@ -43,6 +43,13 @@ def derived(signal: str) -> str:
     return metric_stem("derived", s.name, s.unit)
 
 
+def total(signal: str, matchers: str, by: str) -> str:
+    """A per-second total of the table the agent does not export, summed as the detectors do: the
+    rates of the same inputs (``fabricd.signal_table.rate_families``)."""
+    families = "|".join(signal_table.rate_families(signal_table.BY_NAME[signal]))
+    return f'sum by ({by}) ({{__name__=~"{families}",{matchers}}})'
+
+
 def rate_of(source: str, neutral: str) -> str:
     """The agent-computed rate of a counter, by its neutral name."""
     term = VOCABULARY[neutral]
@@ -295,7 +302,7 @@ def overview() -> dict[str, Any]:
             timeseries(
                 "Discards per node",
                 f"{about('discards_per_second')}; {threshold('discards')}/s is real loss (alert FabricdPortDiscards).",
-                target(f"sum by (node) ({derived('discards_per_second')}{{{NODE}}})", "{{node}}"),
+                target(total("discards_per_second", NODE, "node"), "{{node}}"),
                 unit="pps",
             ),
         ],
@@ -357,8 +364,8 @@ def port() -> dict[str, Any]:
                 "RDMA sequence errors and retransmissions",
                 f"{about('sequence_errors_per_second')}, and {about('retransmits_per_second')}: each is a "
                 f"packet lost somewhere on the path (incident and alert {threshold('sequence_errors')}/s).",
-                target(f"{derived('sequence_errors_per_second')}{{{PORT}}}", "sequence errors {{device}}"),
-                target(f"{derived('retransmits_per_second')}{{{PORT}}}", "retransmits {{device}}"),
+                target(total("sequence_errors_per_second", PORT, "node, device, port"), "sequence errors {{device}}"),
+                target(total("retransmits_per_second", PORT, "node, device, port"), "retransmits {{device}}"),
             ),
             row("State"),
             stat(

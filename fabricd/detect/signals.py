@@ -2,7 +2,7 @@
 
 Samples of one (node, source, device) that share a scrape (timestamps within ``tolerance``) are
 gathered in a ``Record``, keyed by their neutral names whatever the source or driver; when the
-scrape is complete the record is split into scopes (``fabricd.signal_table.scopes``: a port, a
+scrape is complete the record is split into scopes (``fabricd.signal_math.scopes``: a port, a
 priority, a qdisc, a probed peer) and every detector signal of the table is computed by its one
 function (``rules/detection/*.yaml`` name them; ``docs/detection.md`` lists them). A rate of
 ``None`` (first sighting, reset, saturated counter: ``fabricd.counters``) contributes nothing: a
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from fabricd import signal_table as table
 from fabricd.model import Labels
+from fabricd.signal_math import first, scopes
 
 IB, ETHTOOL, NETLINK, PINGMESH, NCCL = table.IB, table.ETHTOOL, table.NETLINK, table.PINGMESH, table.NCCL
 DERIVED = table.DERIVED  # signals the agent computed (fabricd.derived); only nccl_efficiency is read here
@@ -76,7 +77,7 @@ class Extractor:
     def flush(self, rec: Record) -> None:
         signals = table.CENTRAL_BY_SOURCE.get(rec.source, ())
         stateful = _STATEFUL.get(rec.source)
-        for (port, labels), values in table.scopes(rec.values).items():
+        for (port, labels), values in scopes(rec.values).items():
             if rec.source == IB:
                 self._ib_context(rec, port, values)
             for signal, value in table.evaluate(values, signals):
@@ -101,7 +102,7 @@ class Extractor:
         elif ctx.link_rate:
             values["link_rate"] = ctx.link_rate
         if ctx.link_rate:
-            tx, rx = table.first(values, table.SENT_BYTES), table.first(values, table.RECEIVED_BYTES)
+            tx, rx = first(values, table.SENT_BYTES), first(values, table.RECEIVED_BYTES)
             ctx.utilization = None if tx is None else tx / ctx.link_rate
             ctx.rx_utilization = None if rx is None else rx / ctx.link_rate
         state = values.get("port_state")

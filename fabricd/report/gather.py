@@ -30,6 +30,7 @@ from fabricd.report.data import (
 )
 from fabricd.report.source import Source
 from fabricd.server.ports import LINK_RATE, PAUSE, RX_BYTES, TX_BYTES, XMIT_WAIT, port_views, select_ports
+from fabricd.signal_math import scopes
 
 RAW_MAX_SECONDS = 3600.0
 TARGET_POINTS = 600
@@ -221,7 +222,7 @@ def computed_series(src: Source, window: Window, panel: PortPanel, spec: table.S
     out: dict[tuple[str, Labels], Series] = {}
     step = rows[0]["step_seconds"] if rows else None
     for (source, ts), values in sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        for (port, labels), scope in table.scopes(values).items():
+        for (port, labels), scope in scopes(values).items():
             if port != panel.port:
                 continue
             for _, v in table.evaluate(scope, (spec,)):
