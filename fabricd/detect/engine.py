@@ -98,7 +98,14 @@ class DetectionEngine:
             if not rec.dirty:
                 rec.ts, rec.dirty = ts, True
                 self._dirty.append(rec)
-            rec.values[(metric, r.port, r.labels)] = s.rate if r.kind is Kind.COUNTER else r.value
+            scope = rec.scopes.get(where := (r.port, r.labels))
+            if scope is None:
+                scope = rec.scopes[where] = {}
+            value = s.rate if r.kind is Kind.COUNTER else r.value
+            if value is None:
+                scope.pop(metric, None)  # no honest rate this scrape: no input (a repeat's last wins)
+            else:
+                scope[metric] = value
         if self._dirty or self._round_ts > self._last_eval:
             self._evaluate(self._round_ts, changed)
         return list(changed.values())

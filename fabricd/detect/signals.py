@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from fabricd import signal_table as table
 from fabricd.model import Labels
-from fabricd.signal_math import first, scopes
+from fabricd.signal_math import ScopeKey, first, join_device_level
 
 IB, ETHTOOL, NETLINK, PINGMESH, NCCL = table.IB, table.ETHTOOL, table.NETLINK, table.PINGMESH, table.NCCL
 DERIVED = table.DERIVED  # signals the agent computed (fabricd.derived); only nccl_efficiency is read here
@@ -39,20 +39,20 @@ SIGNALS: dict[str, str] = {s.name: s.help for s in table.SIGNALS if s.central}
 # The neutral names each source handler reads; everything else is skipped before it costs anything.
 WANTED: dict[str, frozenset[str]] = table.SOURCE_INPUTS
 
-# (metric, port, labels) -> value of one scrape; counters hold their rate (or None).
-ValueKey = tuple[str, str, Labels]
 Emit = Callable[[str, str, str, str, Labels, float, float], None]  # signal, node, dev, port, labels, ts, v
 
 
 @dataclass(slots=True)
 class Record:
-    """One scrape of one (node, source, device): metric values keyed by (metric, port, labels)."""
+    """One scrape of one (node, source, device): its inputs in scopes, ``(port, labels) -> metric ->
+    value`` (counters: their rate; one without an honest rate is left out), the grouping of
+    ``fabricd.signal_math.scopes``, filled as the samples arrive."""
 
     node: str
     source: str
     device: str
     ts: float
-    values: dict[ValueKey, float | None] = field(default_factory=dict)
+    scopes: dict[ScopeKey, dict[str, float]] = field(default_factory=dict)
     dirty: bool = False
 
 
@@ -77,14 +77,14 @@ class Extractor:
     def flush(self, rec: Record) -> None:
         signals = table.CENTRAL_BY_SOURCE.get(rec.source, ())
         stateful = _STATEFUL.get(rec.source)
-        for (port, labels), values in scopes(rec.values).items():
+        for (port, labels), values in join_device_level(rec.scopes).items():
             if rec.source == IB:
                 self._ib_context(rec, port, values)
             for signal, value in table.evaluate(values, signals):
                 self.emit(signal.name, rec.node, rec.device, port, labels, rec.ts, value)
             if stateful is not None:
                 stateful(self, rec, labels, values)
-        rec.values.clear()
+        rec.scopes = {}
         rec.dirty = False
 
     def context(self, node: str, device: str, port: str) -> PortContext:
