@@ -185,6 +185,7 @@ async def _maintenance_loop(s: Services) -> None:
             downsampled=report.downsampled_points,
             buckets=report.buckets_written,
             deleted=report.deleted_points,
+            deleted_batch_ids=report.deleted_batches,
         )
 
 
