@@ -24,13 +24,13 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from pydantic import Field
 
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.model import Kind, Reading, labels_of
 
 SOURCE = "capture"
@@ -206,6 +206,11 @@ class _Tally:
 UNITS = {"pfc_pause_quanta": "quanta", "capture_dropped": "frames"}
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureFactories(CollectorFactories):
+    source: Callable[[str], FrameSource] = AfPacketSource  # given the interface name
+
+
 class CaptureCollector:
     name: ClassVar[str] = "capture"
     Options: ClassVar[type[CollectorOptions]] = CaptureOptions
@@ -213,7 +218,7 @@ class CaptureCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, CaptureOptions)
         self.options = ctx.options
-        self.source: FrameSource = ctx.factories.get("capture", AfPacketSource)(self.options.interface)
+        self.source = ctx.factories_for(CaptureFactories).source(self.options.interface)
         self.tally = _Tally(self.options.max_senders)
         self.tally.add("capture_dropped", 0)
 

@@ -30,7 +30,7 @@ from typing import ClassVar, Protocol
 
 from pydantic import field_validator
 
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.ethtool_names import is_queue_stat, neutral
 from fabricd.model import Kind, Labels, Reading, labels_of
 
@@ -421,6 +421,11 @@ def default_source(options: EthtoolOptions) -> EthtoolSource:
     return IoctlSource(options.netns)
 
 
+@dataclass(frozen=True, slots=True)
+class EthtoolFactories(CollectorFactories):
+    source: Callable[[EthtoolOptions], EthtoolSource] = default_source
+
+
 def _sanitized(raw: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", raw)
 
@@ -441,8 +446,7 @@ class EthtoolCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, EthtoolOptions)
         self._opts = ctx.options
-        factory = ctx.factories.get("ethtool_source", default_source)
-        self._source: EthtoolSource = factory(self._opts)
+        self._source = ctx.factories_for(EthtoolFactories).source(self._opts)
         self._include = [_compile_pattern(p) for p in self._opts.interfaces]
         self._exclude = [_compile_pattern(p) for p in self._opts.exclude]
         self._logged: set[tuple[str, str]] = set()
