@@ -1,6 +1,6 @@
 """Capture collector: count PFC pause frames and RoCEv2 CNPs seen on an interface.
 
-Frames come from an AF_PACKET socket (the ``capture`` factory; the lab opens one inside a namespace)
+Frames come from an AF_PACKET socket (``CaptureFactories.source``; the lab opens one inside a namespace)
 with a classic BPF filter so the kernel hands us only MAC-control frames and UDP/4791 datagrams.
 Decoding is scapy, in a pure function (``classify``).
 
@@ -36,8 +36,6 @@ from fabricd.model import Kind, Reading, labels_of
 SOURCE = "capture"
 ETH_P_ALL = 0x0003
 ETH_P_MAC_CONTROL = 0x8808
-OP_PAUSE = 0x0001  # IEEE 802.3 Annex 31B
-OP_PFC = 0x0101  # IEEE 802.1Qbb class-based flow control
 ROCEV2_PORT = 4791
 CNP_OPCODE = 0x81  # BTH opcode of a RoCEv2 CNP (IBTA Annex A17.9.2)
 SO_ATTACH_FILTER = 26
