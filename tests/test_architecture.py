@@ -8,6 +8,7 @@ the contracts it should, and a module only a test imports is named with its impo
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -51,6 +52,26 @@ def test_the_import_contracts_hold() -> None:
     returncode, verdicts = _lint_imports(REPO)
     assert verdicts == {c["id"]: "KEPT" for c in CONTRACTS}
     assert returncode == 0
+
+
+def _importers_of(names: set[tuple[str, str]]) -> set[str]:
+    """Product modules with ``from <module> import <name>`` for any (module, name) in ``names``."""
+    found = set()
+    for package in ("fabricd", "collectors"):
+        for path in (REPO / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and any((node.module, a.name) in names for a in node.names):
+                    found.add(".".join(path.relative_to(REPO).with_suffix("").parts))
+    return found
+
+
+def test_readings_become_samples_in_one_place() -> None:
+    """The agent, ``fabricd collect`` and ``fabricd eval`` share ``ScrapePipeline``; nobody else wires
+    the rate engine to the derived signals by hand (issue 21: it was wired three times)."""
+    wiring = {("fabricd.counters", "RateEngine"), ("fabricd.derived", "derive")}
+    assert _importers_of(wiring) == {"fabricd.pipeline"}
+    users = _importers_of({("fabricd.pipeline", "ScrapePipeline")})
+    assert users == {"fabricd.agent.agent", "fabricd.cli.collect", "fabricd.sim.eval"}
 
 
 MAX_LINES = 400  # issue 21: no module in fabricd/ or collectors/ over 400 lines, migrations aside
