@@ -23,12 +23,12 @@ from typing import ClassVar, TypeVar
 
 from pydantic import Field
 
-from fabricd.agent.runtime import Worker, WorkerThread
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.drivers import ib
 from fabricd.drivers.ib import Counter
 from fabricd.drivers.ib.sysfs import counter_spec, effective_width, parse_rate, parse_state, parse_value, text_of
 from fabricd.model import Kind, Labels, Reading, labels_of
+from fabricd.worker import Worker, WorkerThread
 
 log = logging.getLogger("fabricd.collectors.infiniband")
 
@@ -154,8 +154,7 @@ class _Discovery:
     def _device(self, path: str, device: str) -> None:
         attrs = {k: _read_attr(f"{path}/{k}") for k in ("fw_ver", "board_id", "hca_type", "node_guid")}
         self.plan.infos.append(_device_info(device, attrs))
-        found = ib.identify(device, attrs["hca_type"] or "", _kernel_driver(path))
-        driver = found.name if found is not None else ""
+        driver = ib.driver_name(device, attrs["hca_type"] or "", _kernel_driver(path))
         self._folder(path, "hw_counters", device, "", legacy=False, driver=driver)
         ports = f"{path}/ports"
         for port in sorted(_listdir(ports), key=_port_order):
@@ -165,15 +164,14 @@ class _Discovery:
         legacy = os.path.isdir(f"{path}/counters_ext")
         for folder in ("counters", "counters_ext", "hw_counters"):
             self._folder(path, folder, device, port, legacy=legacy, driver=driver)
-        gauge = _ATTRIBUTE
         self.plan.ports.append(
             PortFiles(
                 device,
                 port,
                 _read_attr(f"{path}/link_layer") or "",
-                self._open(f"{path}/state", device, port, "state", gauge),
-                self._open(f"{path}/phys_state", device, port, "phys_state", gauge),
-                self._open(f"{path}/rate", device, port, "rate", gauge),
+                self._open(f"{path}/state", device, port, "state", _ATTRIBUTE),
+                self._open(f"{path}/phys_state", device, port, "phys_state", _ATTRIBUTE),
+                self._open(f"{path}/rate", device, port, "rate", _ATTRIBUTE),
             )
         )
 
@@ -284,6 +282,13 @@ def _parsed(data: bytes | None, parse: Callable[[bytes], T]) -> T | None:
 # --- the collector ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class InfinibandFactories(CollectorFactories):
+    # The executor of the blocking reads, given the thread's name: a thread of our own in the
+    # agent; ``fabricd eval`` runs hundreds of nodes' reads of tmpfs inline instead.
+    worker: Callable[[str], Worker] = WorkerThread
+
+
 class InfinibandCollector:
     """Reads every HCA's port counters, hw_counters, states and rates."""
 
@@ -303,9 +308,7 @@ class InfinibandCollector:
         self._scrapes_since_discovery = 0
         self._stale = False
         self._said_no_devices = False
-        # The executor of the blocking reads (one method, ``async run(fn)``): a thread of our own in
-        # the agent; ``fabricd eval`` runs hundreds of nodes' reads of tmpfs inline instead.
-        self._worker: Worker = ctx.factories.get("worker", WorkerThread)(f"fabricd-{self.name}")
+        self._worker = ctx.factories_for(InfinibandFactories).worker(f"fabricd-{self.name}")
 
     async def collect(self) -> Sequence[Reading]:
         # sysfs reads can block (hw_counters query the firmware): keep them off the event loop, in

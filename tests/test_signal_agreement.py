@@ -27,11 +27,12 @@ from fabricd.detect.engine import DetectionEngine
 from fabricd.detect.signals import Extractor
 from fabricd.exposition import render
 from fabricd.model import Batch, IncidentKind, Sample
-from fabricd.report import ReportQuery, ServiceSource, build_report
+from fabricd.report import ReportQuery, build_report
 from fabricd.server import db
 from fabricd.server.app import create_app
 from fabricd.server.auth import ANONYMOUS
 from fabricd.server.detection import DetectionLoop
+from fabricd.server.report_source import ServiceSource
 from fabricd.settings import ServerSettings
 from fabricd.sim.sysfstree import MLX5_CONG_COUNTERS, DeviceTree, PortTree, write_infiniband_tree
 
@@ -83,11 +84,12 @@ def _central(tmp: Path, scrapes: list[tuple[float, list[Sample]]]) -> tuple[obje
     svc = create_app(settings).state.services
     db.prepare(svc.store.engine)
     for k, (ts, samples) in enumerate(scrapes):
-        svc.store.ingest(Batch(NODE, "test", f"{NODE}-{k}", samples, created_ts=ts), ts, 20_000)
-    loop = DetectionLoop(svc.store, DetectionEngine(), svc.metrics, clock=lambda: scrapes[-1][0])
+        svc.store.writer.ingest(Batch(NODE, "test", f"{NODE}-{k}", samples, created_ts=ts), ts, 20_000)
+    engine = DetectionEngine()
+    loop = DetectionLoop(svc.store.stream, svc.store.incidents, engine, svc.metrics, clock=lambda: scrapes[-1][0])
     while loop.step():
         pass
-    incidents = [r for r in svc.store.list_incidents() if r.kind == IncidentKind.CONGESTION.value]
+    incidents = [r for r in svc.store.incidents.query() if r.kind == IncidentKind.CONGESTION.value]
     assert [r.element for r in incidents] == [f"{NODE}/{DEVICE}"]
     return svc, incidents[0].id
 

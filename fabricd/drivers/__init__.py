@@ -27,3 +27,27 @@ Adding a driver is one module (found by ``pkgutil``, no registration line) plus 
 ``tests/test_drivers.py`` checks every table against the vocabulary (names, units, kinds), that no
 raw name is claimed twice, and that every row cites its source.
 """
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from typing import TypeVar
+
+D = TypeVar("D")
+
+
+def discover(package: str, path: Iterable[str], kind: type[D], skip: frozenset[str] = frozenset()) -> tuple[D, ...]:
+    """The ``DRIVER`` of every module of a table package, by module name (no registration list).
+    Modules named in ``skip`` or starting with ``_`` hold no driver; any other without one is a bug."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name in skip:
+            continue
+        module = importlib.import_module(f"{package}.{info.name}")
+        driver = getattr(module, "DRIVER", None)
+        if not isinstance(driver, kind):
+            raise TypeError(f"{module.__name__} defines no DRIVER = {kind.__name__}(...)")
+        found.append(driver)
+    return tuple(found)

@@ -17,10 +17,10 @@ rules when it has a module (for names that do mean different things in two drive
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 import re
 from dataclasses import dataclass
+
+from fabricd.drivers import discover
 
 MICROSECONDS_PER_SECOND = 1_000_000
 P = "{p}"  # priority from the rule's first regex group
@@ -75,14 +75,8 @@ class EthtoolDriver:
 
 @functools.cache
 def drivers() -> tuple[EthtoolDriver, ...]:
-    found = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        driver = getattr(module, "DRIVER", None)
-        if not isinstance(driver, EthtoolDriver):
-            raise TypeError(f"{module.__name__} defines no DRIVER = EthtoolDriver(...)")
-        found.append(driver)
-    return tuple(found)
+    """Every driver module of this package, by module name."""
+    return discover(__name__, __path__, EthtoolDriver)
 
 
 @functools.cache

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import enum
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 
+from fabricd.drivers import discover
 from fabricd.model import Kind
 
 # Not a counter: the cache time in ms of the hw_counters values, one per folder
@@ -82,22 +81,19 @@ class HwDriver:
 @functools.cache
 def drivers() -> tuple[HwDriver, ...]:
     """Every driver module of this package, by module name."""
-    found = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name in _NOT_DRIVERS:
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        driver = getattr(module, "DRIVER", None)
-        if not isinstance(driver, HwDriver):
-            raise TypeError(f"{module.__name__} defines no DRIVER = HwDriver(...)")
-        found.append(driver)
-    return tuple(found)
+    return discover(__name__, __path__, HwDriver, _NOT_DRIVERS)
 
 
 def identify(device: str, hca_type: str = "", kernel_driver: str = "") -> HwDriver | None:
     """The driver of a device: by its kernel driver when the link is there, else by its name, else
     by ``hca_type``. None: a driver no table knows (its counters are read with the defaults)."""
     return next((d for d in drivers() if d.claims(device, hca_type, kernel_driver)), None)
+
+
+def driver_name(device: str, hca_type: str = "", kernel_driver: str = "") -> str:
+    """``identify``'s driver name, ``""`` for a device no table claims (``hw_counter``'s argument)."""
+    found = identify(device, hca_type, kernel_driver)
+    return found.name if found is not None else ""
 
 
 def by_name(name: str) -> HwDriver | None:
