@@ -208,6 +208,7 @@ UNITS = {"pfc_pause_quanta": "quanta", "capture_dropped": "frames"}
 
 class CaptureCollector:
     name: ClassVar[str] = "capture"
+    extra: ClassVar[str] = "capture"  # scapy decodes the frames (pip install 'fabricd[capture]')
     Options: ClassVar[type[CollectorOptions]] = CaptureOptions
 
     def __init__(self, ctx: CollectorContext) -> None:

@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabricd.extras import require
+
+    require("server", "fabricd server")
     from fabricd.server.main import serve
     from fabricd.settings import ServerSettings
 

@@ -57,6 +57,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabricd.extras import require
+
+    require("server", "fabricd token")
     from fabricd.server import db
     from fabricd.server.store import NotFound, Store
     from fabricd.settings import ServerSettings
