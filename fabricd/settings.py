@@ -53,6 +53,20 @@ class TransportSettings(_Strict):
     encoding: Literal["msgpack", "json"] = "msgpack"
     ca_file: Path | None = None  # custom CA to verify the central service's certificate
     verify_tls: bool = True
+    # Wire format version the agent writes (docs/wire-format.md). 2 is this release's; 1 is what
+    # the previous release wrote and read: set it while the central is still on that release.
+    wire_version: int = 2
+
+    @field_validator("wire_version")
+    @classmethod
+    def _writable(cls, v: int) -> int:
+        from fabricd.wire import ENCODERS
+
+        if v not in ENCODERS:
+            raise ValueError(
+                f"must be one of {', '.join(map(str, sorted(ENCODERS)))} (the wire versions fabricd writes)"
+            )
+        return v
 
 
 class LimitSettings(_Strict):
@@ -206,6 +220,6 @@ def _describe(exc: ValidationError, config: Path | None) -> str:
     parts = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<root>"
-        parts.append(f"{key}: {err['msg']}")
+        parts.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
     where = f"{config} (or FABRICD_* environment): " if config else ""
     return f"{where}invalid settings: " + "; ".join(parts)
