@@ -65,9 +65,13 @@ def run(args: argparse.Namespace) -> int:
     from fabricd.settings import ServerSettings
 
     settings = settings_or_exit(ServerSettings, args, db=args.db, data_dir=args.data_dir)
-    engine = db.make_engine(settings.database_url())
     try:
-        db.prepare(engine)
+        engine = db.make_engine(settings.database_url())
+    except db.SchemaError as exc:
+        print(f"fabricd: {exc}", file=sys.stderr)
+        return 2
+    try:
+        db.open_existing(engine)  # never creates or migrates: a typo in --db must not make a new one
         store = Store(engine)
         return _ACTIONS[args.token_command](store, args)
     except db.SchemaError as exc:
