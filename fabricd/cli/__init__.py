@@ -75,13 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MissingExtra as exc:
-        print(f"fabricd: {exc}", file=sys.stderr)
+        print(exc, file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
         extra = extra_for(exc)
         if extra is None:
             raise
-        print(f"fabricd {args.command}: {MissingExtra(extra, 'this command', exc.name or '?')}", file=sys.stderr)
+        print(MissingExtra(extra, f"fabricd {args.command}", exc.name or "?"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
