@@ -50,12 +50,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(venv / "bin" / "fabricd"), *args], capture_output=True, text=True, timeout=60)
+    # cwd outside the checkout: a ``python -c`` there would import the checkout's fabricd instead.
+    return subprocess.run([str(venv / "bin" / "fabricd"), *args], capture_output=True, text=True, timeout=60, cwd=venv)
 
 
 def test_no_server_report_capture_or_test_dependency_is_installed(venv: Path) -> None:
     probe = "import importlib.util, sys; print([m for m in sys.argv[1:] if importlib.util.find_spec(m)])"
-    found = subprocess.run([str(venv / "bin" / "python"), "-c", probe, *ABSENT], capture_output=True, text=True)
+    found = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe, *ABSENT], capture_output=True, text=True, cwd=venv
+    )
     assert found.stdout.strip() == "[]"
     requires = subprocess.run(
         [
@@ -65,6 +68,7 @@ def test_no_server_report_capture_or_test_dependency_is_installed(venv: Path) ->
         ],
         capture_output=True,
         text=True,
+        cwd=venv,
     ).stdout.splitlines()
     runtime = sorted(re.split(r"[<>=!~;\[ ]", r)[0] for r in requires if "extra ==" not in r)
     agent = ["prometheus-client", "pyroute2", "pydantic", "pydantic-settings", "pyyaml", "httpx", "msgpack"]
@@ -99,6 +103,7 @@ def test_the_agent_runs_scrapes_and_spools(venv: Path, tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=venv,
     )
     try:
         deadline = time.monotonic() + 30
@@ -145,3 +150,21 @@ def test_the_agent_runs_scrapes_and_spools(venv: Path, tmp_path: Path) -> None:
 def test_a_command_that_needs_an_extra_names_it(venv: Path, args: list[str], message: str) -> None:
     proc = run(venv, *args)
     assert (proc.returncode, proc.stderr, proc.stdout) == (2, message + "\n", "")
+
+
+def test_the_installed_package_carries_the_detection_rules_and_scenarios(venv: Path) -> None:
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import fabricd, pathlib; print(pathlib.Path(fabricd.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        cwd=venv,
+    ).stdout.strip()
+    installed = Path(where)
+    assert installed.is_relative_to(venv)
+    rules = sorted(p.name for p in (installed / "rules" / "detection").glob("*.yaml"))
+    assert rules == sorted(p.name for p in (REPO / "rules" / "detection").glob("*.yaml")) != []
+    for rule in rules:
+        assert (installed / "rules" / "detection" / rule).read_text() == (
+            REPO / "rules" / "detection" / rule
+        ).read_text()
+    assert (installed / "sim" / "scenarios" / "demo.yaml").is_file()
