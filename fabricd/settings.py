@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -153,6 +153,9 @@ class AgentSettings(_Base):
     )
     central: str = _doc(f"http://{DEFAULT_LISTEN}", "URL of the central service (http:// or https://).")
     token: str = _doc("", "Bearer token for ingest (fabricd token create --role agent); better in the environment.")
+    token_file: Path | None = _doc(
+        None, "Read the token from this file instead (a Kubernetes or compose secret, systemd LoadCredential=)."
+    )
     sysfs_root: Path = _doc(Path("/sys"), "sysfs mount to read (/host/sys in a container).")
     interval_seconds: float = _doc(10.0, "Scrape interval.", ge=0)
     collector_timeout_seconds: float = _doc(5.0, "A collector still running after this long is reported failed.", gt=0)
@@ -170,6 +173,20 @@ class AgentSettings(_Base):
         if not v or len(v) > 128 or any(c.isspace() for c in v):
             raise ValueError("must be 1-128 characters without whitespace")
         return v
+
+    @model_validator(mode="after")
+    def _read_token_file(self) -> AgentSettings:
+        if self.token_file is None:
+            return self
+        if self.token:
+            raise ValueError("token_file: set token or token_file, not both")
+        try:
+            self.token = self.token_file.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"token_file: cannot read {self.token_file}: {exc.strerror}") from exc
+        if not self.token:
+            raise ValueError(f"token_file: {self.token_file} is empty")
+        return self
 
     @field_validator("central")
     @classmethod
@@ -276,7 +293,8 @@ def load(cls: type[S], config: Path | None = None, overrides: Mapping[str, Any] 
 def _describe(exc: ValidationError, config: Path | None) -> str:
     parts = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "<root>"
-        parts.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{key}: {msg}" if key else msg)  # a whole-model check names its keys itself
     where = f"{config} (or FABRICD_* environment): " if config else ""
     return f"{where}invalid settings: " + "; ".join(parts)

@@ -92,3 +92,20 @@ def test_the_example_loads_to_the_defaults_and_has_every_key(model: type[_Base],
     # each key is preceded by its meaning and where else it can be set
     for s in settingsdoc.settings(model):
         assert f"# ({s.env}" in text
+
+
+def test_the_token_can_come_from_a_file_and_a_bad_one_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fabricd.settings import SettingsError
+
+    secret = tmp_path / "agent.token"
+    secret.write_text("s3cret\n")
+    monkeypatch.setenv("FABRICD_TOKEN_FILE", str(secret))
+    assert load(AgentSettings).token == "s3cret"
+    with pytest.raises(SettingsError, match=r"^invalid settings: token_file: set token or token_file, not both$"):
+        load(AgentSettings, overrides={"token": "x"})
+    secret.write_text("\n")
+    with pytest.raises(SettingsError, match=rf"^invalid settings: token_file: {secret} is empty$"):
+        load(AgentSettings)
+    monkeypatch.setenv("FABRICD_TOKEN_FILE", str(tmp_path / "nope"))
+    with pytest.raises(SettingsError, match=r"token_file: cannot read .*/nope: No such file or directory$"):
+        load(AgentSettings)
