@@ -68,6 +68,13 @@ BATCH_SCHEMA = {
         "samples": {"type": "array", "items": SAMPLE_ROW, "maxItems": 1000},
         "health": {"type": "array", "items": HEALTH_ROW, "maxItems": 100},
     },
+    # Version 2 requires its four fields; first_ts/last_ts must also be the samples' own range.
+    "allOf": [
+        {
+            "if": {"properties": {"v": {"const": 2}}},
+            "then": {"required": ["instance", "seq", "first_ts", "last_ts"]},
+        }
+    ],
 }
 _ERRORS = {
     400: {"model": ErrorOut, "description": "the body is not valid JSON/msgpack/gzip"},
