@@ -27,6 +27,7 @@ from fabricd.sim.scenario import load as load_scenario
 from fabricd.sim.scenario import shipped
 from tests.helpers import CASES, REPO
 from tests.support.server import ServerProcess, free_port
+from tests.test_demo import _children_of
 
 TREE = CASES / "infiniband" / "procfs" / "sys"
 
@@ -242,19 +243,6 @@ def test_every_view_formats_units_one_way() -> None:
 # -- the demo's processes --------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -285,7 +273,7 @@ def test_a_sigkilled_demo_takes_its_server_and_agents_with_it(tmp_path: Path) ->
         while "fabricd demo is running" not in (tmp_path / "demo.out").read_text():
             assert demo.poll() is None and time.monotonic() < deadline, (tmp_path / "demo.out").read_text()
             time.sleep(0.2)
-        children = _children(demo.pid)
+        children = _children_of(demo.pid)
         assert len(children) == 2  # the central service and one agent
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
         demo.send_signal(signal.SIGKILL)

@@ -13,41 +13,20 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from fabricd.settings import AgentSettings, SpoolSettings, TransportSettings
-from fabricd.transport import Transport
+from fabricd.settings import AgentSettings, TransportSettings
 from fabricd.transport.batcher import Batcher
 from fabricd.transport.spool import QUARANTINE
 from tests.test_transport_central_double import CentralDouble, scrape, stored_timestamps, until
+from tests.test_transport_flow import _metric, _transport
+from tests.test_transport_flow import _settings as flow_settings
 
 
 def _settings(tmp_path: Path, central: CentralDouble, wire_version: int = 2) -> AgentSettings:
-    # 4 samples per scrape and batch_max_samples=4: one scrape is one batch, so counts are exact.
-    return AgentSettings(
-        node="n1",
-        central=central.url,
-        data_dir=tmp_path,
-        transport=TransportSettings(
-            batch_max_samples=4,
-            batch_max_seconds=60,
-            backoff_initial_seconds=0.05,
-            backoff_max_seconds=0.2,
-            timeout_seconds=1.0,
-            compress=False,
-            wire_version=wire_version,
-        ),
-        spool=SpoolSettings(drain_batches_per_second=50.0),
+    """test_transport_flow's settings (one scrape is one batch), speaking ``wire_version``."""
+    base = flow_settings(tmp_path, central)
+    return base.model_copy(
+        update={"transport": TransportSettings(**{**dict(base.transport), "wire_version": wire_version})}
     )
-
-
-async def _transport(settings: AgentSettings) -> tuple[Transport, CollectorRegistry]:
-    registry = CollectorRegistry()
-    transport = Transport(settings, agent_version="test", registry=registry)
-    await transport.start()
-    return transport, registry
-
-
-def _metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    return registry.get_sample_value(name, labels or None) or 0.0
 
 
 def _refused(central: CentralDouble) -> int:
