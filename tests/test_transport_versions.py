@@ -146,3 +146,17 @@ def test_the_wire_version_setting_takes_exactly_the_versions_this_release_writes
         monkeypatch.setenv("FABRICD_TRANSPORT__WIRE_VERSION", bad)
         with pytest.raises(settings.SettingsError, match=r"transport.wire_version: must be one of 1, 2 "):
             settings.load(AgentSettings)
+
+
+def test_parked_batches_are_released_for_another_try_after_their_delay() -> None:
+    from fabricd.transport.versions import PARKED_RETRY_SECONDS, Parked
+
+    parked = Parked()
+    assert (parked.keys(0.0), parked.wait_seconds(0.0)) == ([], None)
+    parked.add(7, now=100.0)
+    parked.add(9, now=160.0)
+    assert parked.keys(100.0 + PARKED_RETRY_SECONDS - 1) == [7, 9]
+    assert parked.wait_seconds(100.0) == PARKED_RETRY_SECONDS
+    assert parked.keys(100.0 + PARKED_RETRY_SECONDS) == [9]  # 7's time has come: tried again
+    parked.discard(9)
+    assert (parked.keys(0.0), parked.wait_seconds(0.0)) == ([], None)

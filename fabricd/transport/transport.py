@@ -9,9 +9,8 @@ Live batches and the backlog flow on separate tasks, so neither starves the othe
 sent as soon as the central answers, and the backlog follows at ``spool.drain_batches_per_second``.
 A spooled batch is deleted only after the central acknowledged it (200); a re-send after a lost
 acknowledgement carries the same batch id, which the central answers with ``duplicate: true``
-without storing it twice. A central that does not read a batch's wire version (a rolling upgrade)
-is retried with backoff and the batch stays in the spool: never dropped, never quarantined for
-that. Design notes: docs/transport.md.
+without storing it twice. Wire-version mismatches (rolling upgrades): ``versions.py``. Design
+notes: docs/transport.md.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from fabricd.transport.spool import (
     SpoolWriteError,
     pack,
 )
+from fabricd.transport.versions import Parked, ours_is_read, outage_message, park
 from fabricd.wire import JSON, MSGPACK, encode
 
 log = logging.getLogger("fabricd.transport")
@@ -52,10 +52,6 @@ log = logging.getLogger("fabricd.transport")
 LIVE_QUEUE_MAX = 16
 # Concurrent live sends: a slow answer does not hold the next batch back.
 LIVE_WORKERS = 4
-# A spooled batch of a wire version the central no longer reads (an agent upgraded across two
-# releases with a backlog) while it reads ours: it waits aside, retried this often, so the
-# batches behind it flow (the spool's byte bound still applies to it).
-PARKED_RETRY_SECONDS = 600.0
 
 PosterFactory = Callable[[TransportSettings], Poster]
 
@@ -85,14 +81,11 @@ class Transport:
         self.metrics = TransportMetrics(self.registry)
         self.spool = Spool(settings.spool.dir or settings.data_dir / "spool", settings.spool.max_bytes)
         self._clock = clock or SystemClock()
-        # ``instance`` (random, per agent process) and ``seq`` let the central tell a hole from a
-        # batch that is only late: 4 live workers and the drain deliver out of order.
         self.batcher = Batcher(
             settings.node, agent_version, cfg.batch_max_samples, cfg.batch_max_seconds, self._clock.time
         )
-        self.instance = self.batcher.instance
         self.wire_version = cfg.wire_version
-        self._parked: dict[int, float] = {}  # spool key -> loop time it may be retried
+        self._parked = Parked()  # old-version spooled batches the central no longer reads
         self.link = Link(Backoff(cfg.backoff_initial_seconds, cfg.backoff_max_seconds, rng))
         self.content_type = JSON if cfg.encoding == "json" else MSGPACK
         self._flags = (FLAG_GZIP if cfg.compress else 0) | (FLAG_JSON if cfg.encoding == "json" else 0)
@@ -133,7 +126,7 @@ class Transport:
             "transport started",
             central=self._sender.url,
             wire_version=self.wire_version,
-            instance=self.instance,
+            instance=self.batcher.instance,
             spooled_batches=len(self.spool),
             spool_bytes=self.spool.size_bytes,
         )
@@ -248,9 +241,10 @@ class Transport:
         interval = 1.0 / self.settings.spool.drain_batches_per_second
         while True:
             try:
-                entry = await asyncio.to_thread(self.spool.oldest, self._parked_keys())
+                now = asyncio.get_running_loop().time()
+                entry = await asyncio.to_thread(self.spool.oldest, self._parked.keys(now))
                 if entry is None:
-                    await self._wait_wake(self._next_parked_seconds())
+                    await self._wait_wake(self._parked.wait_seconds(now))
                     continue
                 if not await self._drain_one(entry):
                     continue
@@ -280,42 +274,17 @@ class Transport:
         self.metrics.retried.inc()
         result = await self._attempt(spooled.batch_id, spooled.body)
         if result.outcome is Outcome.SENT:
-            self._parked.pop(entry.seq, None)
+            self._parked.discard(entry.seq)
             await asyncio.to_thread(self.spool.remove, entry)
             self._acknowledged(spooled.batch_id, result)
-        elif result.unsupported_version and self.wire_version in result.supported_versions:
-            self._park(grant, entry, spooled.batch_id, result)
+        elif ours_is_read(result, self.wire_version):
+            park(self._parked, self.link, grant, entry.seq, asyncio.get_running_loop().time(), result)
         elif result.outcome is Outcome.RETRY:
             self._link_failed(grant, result)
         else:
             await self._quarantine_entry(entry, f"rejected by the central: {result.reason}", "rejected")
         self._update_spool_gauges()
         return True
-
-    def _parked_keys(self) -> list[int]:
-        now = asyncio.get_running_loop().time()
-        for key in [k for k, at in self._parked.items() if at <= now]:
-            del self._parked[key]  # its time has come: the drain tries it again
-        return list(self._parked)
-
-    def _next_parked_seconds(self) -> float | None:
-        if not self._parked:
-            return None
-        return max(0.0, min(self._parked.values()) - asyncio.get_running_loop().time())
-
-    def _park(self, grant: Grant, entry: Entry, batch_id: str, result: SendResult) -> None:
-        """The central reads our wire version but not this old batch's: set it aside, keep draining."""
-        self._parked[entry.seq] = asyncio.get_running_loop().time() + PARKED_RETRY_SECONDS
-        if grant is Grant.PROBE:
-            self.link.succeeded()  # the central answered: it is up
-        logs.event(
-            log,
-            logging.WARNING,
-            "central does not read this spooled batch's wire version; kept in the spool, retried later",
-            batch_id=batch_id,
-            reason=result.reason,
-            retry_in_seconds=PARKED_RETRY_SECONDS,
-        )
 
     async def _read_entry(self, entry: Entry) -> SpooledBatch | None:
         try:
@@ -352,16 +321,10 @@ class Transport:
         now = asyncio.get_running_loop().time()
         self.metrics.central_up.set(0)
         if self.link.failed(grant, now, result.reason, result.retry_after):
-            what = (
-                f"central does not read wire version {self.wire_version}; spooling batches until it is upgraded"
-                f" (or set transport.wire_version to one of {list(result.supported_versions)})"
-                if result.unsupported_version
-                else "central unreachable; spooling batches"
-            )
             logs.event(
                 log,
                 logging.WARNING,
-                what,
+                outage_message(result, self.wire_version),
                 reason=result.reason,
                 retry_in_seconds=round(self.link.retry_at - now, 3),
             )
