@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed-stamp
 help:
 	@echo "make demo   - central service + simulated cluster on this machine (SQLite)"
 	@echo "make test   - set up .venv and run the test suite"
-	@echo "make lint   - ruff check, ruff format --check, mypy"
+	@echo "make lint   - ruff check, ruff format --check, mypy, lint-imports (import directions)"
 	@echo "make bench  - benchmarks (fabricd vs node_exporter, ingest vs bare SQLite), see docs/benchmarks.md"
 	@echo "make deps   - install the system packages the tests use (Debian/Ubuntu, as root)"
 
@@ -37,6 +37,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: venv
 	$(PY) bench/run.py

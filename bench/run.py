@@ -288,8 +288,8 @@ def _bare_connect(url: str) -> tuple[Any, str]:
 
 
 def _insert_like_service(cur: Any, ph: str, rows: list[tuple[Any, ...]]) -> None:
-    """The DBAPI method the service uses (fabricd/server/store.py): on SQLite, multi-row
-    ``INSERT .. VALUES (..), (..)`` in power-of-two chunks of at most 512 rows; on PostgreSQL, one
+    """The DBAPI method the service uses (fabricd/server/store/sqlite.py and postgres.py): on SQLite,
+    multi-row ``INSERT .. VALUES (..), (..)`` in power-of-two chunks of at most 512 rows; on PostgreSQL, one
     ``INSERT .. SELECT FROM unnest(arrays)`` with binary parameters."""
     if ph == "%s":
         cur.execute(

@@ -1,6 +1,6 @@
 """Capture collector: count PFC pause frames and RoCEv2 CNPs seen on an interface.
 
-Frames come from an AF_PACKET socket (the ``capture`` factory; the lab opens one inside a namespace)
+Frames come from an AF_PACKET socket (``CaptureFactories.source``; the lab opens one inside a namespace)
 with a classic BPF filter so the kernel hands us only MAC-control frames and UDP/4791 datagrams.
 Decoding is scapy, in a pure function (``classify``).
 
@@ -24,20 +24,18 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from pydantic import Field
 
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.model import Kind, Reading, labels_of
 
 SOURCE = "capture"
 ETH_P_ALL = 0x0003
 ETH_P_MAC_CONTROL = 0x8808
-OP_PAUSE = 0x0001  # IEEE 802.3 Annex 31B
-OP_PFC = 0x0101  # IEEE 802.1Qbb class-based flow control
 ROCEV2_PORT = 4791
 CNP_OPCODE = 0x81  # BTH opcode of a RoCEv2 CNP (IBTA Annex A17.9.2)
 SO_ATTACH_FILTER = 26
@@ -206,6 +204,11 @@ class _Tally:
 UNITS = {"pfc_pause_quanta": "quanta", "capture_dropped": "frames"}
 
 
+@dataclass(frozen=True, slots=True)
+class CaptureFactories(CollectorFactories):
+    source: Callable[[str], FrameSource] = AfPacketSource  # given the interface name
+
+
 class CaptureCollector:
     name: ClassVar[str] = "capture"
     extra: ClassVar[str] = "capture"  # scapy decodes the frames (pip install 'fabricd[capture]')
@@ -214,7 +217,7 @@ class CaptureCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, CaptureOptions)
         self.options = ctx.options
-        self.source: FrameSource = ctx.factories.get("capture", AfPacketSource)(self.options.interface)
+        self.source = ctx.factories_for(CaptureFactories).source(self.options.interface)
         self.tally = _Tally(self.options.max_senders)
         self.tally.add("capture_dropped", 0)
 

@@ -5,8 +5,8 @@ per switch and, optionally, ``perfquery -E`` (PortRcvErrorDetails) per cabled sw
 switch port reading carries the far end of its cable (``remote``, ``remote_port``,
 ``remote_type``), which is what a user needs to walk to the right cable.
 
-The tools run through ``CommandRunner`` (one async method with a timeout; the ``ibfabric_runner``
-factory swaps it), with at most ``concurrency`` commands at once. The commands are settings, with
+The tools run through ``fabricd.command.CommandRunner`` (one async method with a timeout; tests
+swap it through ``IbFabricFactories``), with at most ``concurrency`` commands at once. The commands are settings, with
 ``{guid}`` and ``{port}`` placeholders. Parsing is pure: ``parse_perfquery``, ``parse_ibstat``,
 ``parse_ibstatus`` and ``fabricd.topology.parse_ibnetdiscover``.
 """
@@ -16,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from collectors.nccl import CommandResult, CommandRunner, SubprocessRunner
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
+from fabricd.command import CommandResult, CommandRunner, SubprocessRunner
 from fabricd.model import Kind, Labels, Reading, labels_of
 from fabricd.topology import IbnetEnd, IbnetPort, end_id, parse_ibnetdiscover, switch_ids
 
@@ -374,8 +374,9 @@ class IbFabricOptions(CollectorOptions):
         return argv
 
 
-def default_runner(options: IbFabricOptions) -> CommandRunner:
-    return SubprocessRunner()
+@dataclass(frozen=True, slots=True)
+class IbFabricFactories(CollectorFactories):
+    runner: Callable[[], CommandRunner] = SubprocessRunner
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +406,7 @@ class IbFabricCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, IbFabricOptions)
         self._opts = ctx.options
-        self._runner: CommandRunner = ctx.factories.get("ibfabric_runner", default_runner)(self._opts)
+        self._runner = ctx.factories_for(IbFabricFactories).runner()
         self._semaphore = asyncio.Semaphore(self._opts.concurrency)
         self._ports: list[IbnetPort] = []
         self._scrapes = 0

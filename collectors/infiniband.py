@@ -24,9 +24,9 @@ from typing import ClassVar, TypeVar
 
 from pydantic import Field
 
-from fabricd.agent.runtime import Worker, WorkerThread
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.model import Kind, Labels, Reading, labels_of
+from fabricd.worker import Worker, WorkerThread
 
 log = logging.getLogger("fabricd.collectors.infiniband")
 
@@ -453,6 +453,13 @@ def _parsed(data: bytes | None, parse: Callable[[bytes], T]) -> T | None:
 # --- the collector ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class InfinibandFactories(CollectorFactories):
+    # The executor of the blocking reads, given the thread's name: a thread of our own in the
+    # agent; ``fabricd eval`` runs hundreds of nodes' reads of tmpfs inline instead.
+    worker: Callable[[str], Worker] = WorkerThread
+
+
 class InfinibandCollector:
     """Reads every HCA's port counters, hw_counters, states and rates."""
 
@@ -472,9 +479,7 @@ class InfinibandCollector:
         self._scrapes_since_discovery = 0
         self._stale = False
         self._said_no_devices = False
-        # The executor of the blocking reads (one method, ``async run(fn)``): a thread of our own in
-        # the agent; ``fabricd eval`` runs hundreds of nodes' reads of tmpfs inline instead.
-        self._worker: Worker = ctx.factories.get("worker", WorkerThread)(f"fabricd-{self.name}")
+        self._worker = ctx.factories_for(InfinibandFactories).worker(f"fabricd-{self.name}")
 
     async def collect(self) -> Sequence[Reading]:
         # sysfs reads can block (hw_counters query the firmware): keep them off the event loop, in

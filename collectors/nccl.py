@@ -22,17 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import glob
-import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
+from fabricd.command import CommandResult, CommandRunner, SubprocessRunner
 from fabricd.model import Kind, Reading, labels_of
 from fabricd.nccl_parse import NcclRow, NcclRun, op_from_name, parse_nccl_output
 from fabricd.perfmodel import Fabric
@@ -73,52 +72,6 @@ class JobModel:
     def of(cls, options: NcclOptions) -> JobModel:
         eff = options.model_efficiency if options.model_efficiency is not None else Fabric.efficiency
         return cls(options.nodes, options.algo, eff)
-
-
-@dataclass(frozen=True, slots=True)
-class CommandResult:
-    output: str  # stdout and stderr interleaved: failures are printed on stderr
-    returncode: int | None  # None when the process was killed at the timeout or never started
-    timed_out: bool = False
-    error: str = ""  # why the process could not start
-    duration_seconds: float = 0.0
-
-
-class CommandRunner(Protocol):
-    async def run(self, argv: Sequence[str], timeout_seconds: float) -> CommandResult: ...
-
-
-class SubprocessRunner:
-    """Runs argv in its own session so a timeout kills mpirun and every rank it started."""
-
-    async def run(self, argv: Sequence[str], timeout_seconds: float) -> CommandResult:
-        started = time.monotonic()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return CommandResult("", None, error=f"{type(exc).__name__}: {exc.strerror or exc}")
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout_seconds)
-        except TimeoutError:
-            await _kill_group(proc)
-            return CommandResult("", None, timed_out=True, duration_seconds=time.monotonic() - started)
-        except asyncio.CancelledError:
-            await _kill_group(proc)  # the agent is stopping: leave no ranks behind
-            raise
-        text = out.decode("utf-8", errors="replace")
-        return CommandResult(text, proc.returncode, duration_seconds=time.monotonic() - started)
-
-
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    await proc.wait()
 
 
 def op_from_command(argv: Sequence[str]) -> str:
@@ -263,6 +216,13 @@ class LogTail:
         return ready
 
 
+@dataclass(frozen=True, slots=True)
+class NcclFactories(CollectorFactories):
+    runner: Callable[[], CommandRunner] = SubprocessRunner
+    monotonic: Callable[[], float] = time.monotonic  # when a run is due
+    wall_clock: Callable[[], float] = time.time  # against log files' mtimes
+
+
 class NcclCollector:
     name: ClassVar[str] = "nccl"
     Options: ClassVar[type[CollectorOptions]] = NcclOptions
@@ -270,12 +230,12 @@ class NcclCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, NcclOptions)
         self.options = ctx.options
-        self.runner: CommandRunner = ctx.factories.get("runner", SubprocessRunner)()
-        self.monotonic: Callable[[], float] = ctx.factories.get("clock", lambda: time.monotonic)()
-        wall: Callable[[], float] = ctx.factories.get("wall_clock", lambda: time.time)()
+        factories = ctx.factories_for(NcclFactories)
+        self.runner = factories.runner()
+        self.monotonic = factories.monotonic
         self.tail = None
         if self.options.log_glob:
-            self.tail = LogTail(self.options.log_glob, self.options.settle_seconds, wall)
+            self.tail = LogTail(self.options.log_glob, self.options.settle_seconds, factories.wall_clock)
         self.op = op_from_command(self.options.command or [])
         self.job = JobModel.of(self.options)
         self.task: asyncio.Task[CommandResult] | None = None

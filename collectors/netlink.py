@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, ClassVar, Protocol
 
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.model import Kind, Labels, Reading, labels_of
 
 SOURCE = "netlink"
@@ -229,6 +229,11 @@ def default_source(options: NetlinkOptions) -> NetlinkSource:
     return Pyroute2Source(options.netns)
 
 
+@dataclass(frozen=True, slots=True)
+class NetlinkFactories(CollectorFactories):
+    source: Callable[[NetlinkOptions], NetlinkSource] = default_source
+
+
 class NetlinkCollector:
     name: ClassVar[str] = "netlink"
     Options = NetlinkOptions
@@ -236,7 +241,7 @@ class NetlinkCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, NetlinkOptions)
         self._opts = ctx.options
-        self._source: NetlinkSource = ctx.factories.get("netlink_source", default_source)(self._opts)
+        self._source = ctx.factories_for(NetlinkFactories).source(self._opts)
         self._include = [_matcher(p) for p in self._opts.interfaces]
         self._exclude = [_matcher(p) for p in self._opts.exclude]
 

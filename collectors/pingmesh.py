@@ -6,9 +6,10 @@ counted lost, never counted again), ``probes_out_of_order``, and the interval's 
 ``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an HDR histogram, reset each collect;
 absent when no reply came back in the interval: no honest RTT exists then).
 
-Sockets come from the ``socket`` factory (``fabricd.probe.SocketFactory``): the netns lab passes one
-that opens sockets inside a host namespace. The ``responder`` factory makes the responder protocol
-(tests pass one that drops a known number of replies). The probing starts on the first ``collect()``.
+Side effects come from ``PingmeshFactories``: ``socket`` (``fabricd.probe.SocketFactory``; the netns
+lab passes one that opens sockets inside a host namespace), ``responder`` (the responder protocol;
+tests pass one that drops a known number of replies) and ``prober`` (``fabricd eval`` plugs in a
+path-model prober). The probing starts on the first ``collect()``.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fabricd.collector import CollectorContext, CollectorOptions
+from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.model import Kind, Reading
 from fabricd.probe import (
     ProberProtocol,
@@ -86,6 +88,16 @@ def _gauge(peer: str, name: str, seconds: float) -> Reading:
     return Reading(SOURCE, peer, "", name, seconds, "seconds", kind=Kind.GAUGE, name=f"{name}_seconds", width=0)
 
 
+@dataclass(frozen=True, slots=True)
+class PingmeshFactories(CollectorFactories):
+    socket: SocketFactory = plain_udp_socket
+    responder: Callable[[], ResponderProtocol] = ResponderProtocol
+    # The probe sender, ``(targets, timeout_ns) -> prober`` with ProberProtocol's ledger interface;
+    # None: real UDP probes from a ``socket``. The simulator's eval plugs in a path-model prober so
+    # a simulated hour replays in seconds through this same collector.
+    prober: Callable[[list[Target], int], Any] | None = None
+
+
 class PingmeshCollector:
     name: ClassVar[str] = "pingmesh"
     Options: ClassVar[type[CollectorOptions]] = PingmeshOptions
@@ -93,12 +105,10 @@ class PingmeshCollector:
     def __init__(self, ctx: CollectorContext) -> None:
         assert isinstance(ctx.options, PingmeshOptions)
         self.options = ctx.options
-        self.socket_factory: SocketFactory = ctx.factories.get("socket", plain_udp_socket)
-        self.responder_factory: Callable[[], ResponderProtocol] = ctx.factories.get("responder", ResponderProtocol)
-        # The probe sender is a side effect behind a factory: ``(targets, timeout_ns) -> prober``.
-        # Default: real UDP probes from a socket. The simulator's eval plugs in a path-model prober
-        # so a simulated hour replays in seconds through this same collector.
-        self.prober_factory: Callable[[list[Target], int], Any] | None = ctx.factories.get("prober")
+        factories = ctx.factories_for(PingmeshFactories)
+        self.socket_factory = factories.socket
+        self.responder_factory = factories.responder
+        self.prober_factory = factories.prober
         self.prober: Any = None  # ProberProtocol, or what prober_factory built (same ledger interface)
         self.responder: ResponderProtocol | None = None
         self.transports: list[asyncio.DatagramTransport] = []

@@ -2,15 +2,24 @@
 
 A collector is one module in ``collectors/``, one fixture folder in ``tests/cases/<name>/`` and one
 line in ``collectors.REGISTRY``. It is built from a ``CollectorContext`` (roots, node name, its own
-validated options) and never reads a hard-coded ``/sys`` path or global settings.
+validated options, the sources of its side effects) and never reads a hard-coded ``/sys`` path or
+global settings.
+
+Side effects (sockets, netlink, the ethtool ioctl, subprocesses, clocks, the thread its blocking
+reads run on) come from factories. Each collector that has any declares them as one small frozen
+dataclass deriving from ``CollectorFactories``, whose defaults are what production uses, and asks
+the context for it by type (``ctx.factories_for(NcclFactories)``). Tests and ``fabricd eval`` pass
+their own instances to ``build``/``build_collectors``; mypy checks every field, and there is no
+string key to misspell.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -24,6 +33,13 @@ class CollectorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class CollectorFactories:
+    """Base of a collector's side-effect factories: a frozen dataclass, production's by default."""
+
+
+F = TypeVar("F", bound=CollectorFactories)
+
+
 @dataclass(frozen=True)
 class CollectorContext:
     """Everything a collector may know about its environment."""
@@ -31,8 +47,22 @@ class CollectorContext:
     node: str
     sysfs_root: Path = Path("/sys")
     options: CollectorOptions = field(default_factory=CollectorOptions)
-    # Sources of side effects, swapped by tests and the simulator (one-method factories).
-    factories: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    # Sources of side effects given by tests and the simulator, at most one of each type; a
+    # collector whose type is absent gets its production defaults.
+    factories: Sequence[CollectorFactories] = ()
+
+    def __post_init__(self) -> None:
+        kinds = [type(f).__name__ for f in self.factories]
+        twice = sorted({k for k in kinds if kinds.count(k) > 1})
+        if twice:
+            raise ValueError(f"factories given twice: {', '.join(twice)}")
+
+    def factories_for(self, kind: type[F]) -> F:
+        """The ``kind`` instance that was given, else ``kind()`` (the production defaults)."""
+        for given in self.factories:
+            if isinstance(given, kind):
+                return given
+        return kind()
 
 
 @runtime_checkable
@@ -83,7 +113,7 @@ def build(
     node: str,
     sysfs_root: Path,
     registry: Mapping[str, str],
-    factories: Mapping[str, Callable[..., Any]] | None = None,
+    factories: Iterable[CollectorFactories] = (),
 ) -> Collector:
     """Validate ``raw_options`` against the collector's Options model and build it."""
     cls = resolve(name, registry)
@@ -94,7 +124,33 @@ def build(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise CollectorConfigError(f"collectors.{name}.{where}: {first['msg']}") from exc
-    ctx = CollectorContext(node=node, sysfs_root=sysfs_root, options=options, factories=factories or {})
+    ctx = CollectorContext(node=node, sysfs_root=sysfs_root, options=options, factories=tuple(factories))
     collector = cls(ctx)
     assert isinstance(collector, Collector)
     return collector
+
+
+def build_collectors(
+    configured: Mapping[str, Mapping[str, Any] | None],
+    *,
+    node: str,
+    sysfs_root: Path,
+    registry: Mapping[str, str],
+    factories: Iterable[CollectorFactories] = (),
+) -> dict[str, Collector]:
+    """Build every configured collector; raises CollectorConfigError naming the bad key."""
+    given = tuple(factories)
+    return {
+        name: build(name, opts, node=node, sysfs_root=sysfs_root, registry=registry, factories=given)
+        for name, opts in configured.items()
+    }
+
+
+async def close_collectors(collectors: Iterable[Collector]) -> None:
+    """Call each collector's optional ``close`` (sync or async)."""
+    for collector in collectors:
+        closer = getattr(collector, "close", None)
+        if closer is not None:
+            result = closer()
+            if asyncio.iscoroutine(result):
+                await result

@@ -60,11 +60,6 @@ def raw_of(r: Reading) -> float:
 _ALL_ONES = [float((1 << w) - 1) for w in range(65)]
 
 
-def all_ones(width: int) -> float:
-    """2^width - 1: where a saturating counter of ``width`` bits clamps."""
-    return _ALL_ONES[width]
-
-
 def can_wrap(r: Reading) -> bool:
     """Only fixed-width, non-saturating counters narrower than 64 bits wrap (mlx5 32-bit Q counters)."""
     return 0 < r.width < 64 and not r.saturates

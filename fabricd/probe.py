@@ -232,7 +232,6 @@ class ResponderProtocol(asyncio.DatagramProtocol):
     def __init__(self, reply_filter: ReplyFilter = always_reply) -> None:
         self.reply_filter = reply_filter
         self.transport: asyncio.DatagramTransport | None = None
-        self.answered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
@@ -252,7 +251,6 @@ class ResponderProtocol(asyncio.DatagramProtocol):
     def send(self, data: bytes, addr: Any) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.sendto(data, addr)
-            self.answered += 1
 
 
 def drop_every(k: int) -> ReplyFilter:
@@ -300,7 +298,6 @@ class ProberProtocol(asyncio.DatagramProtocol):
         self.shape, self.pad_len, self.clock_ns = shape, pad_len, clock_ns
         self.transport: asyncio.DatagramTransport | None = None
         self.tasks: list[asyncio.Task[None]] = []
-        self.send_errors = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
@@ -313,7 +310,7 @@ class ProberProtocol(asyncio.DatagramProtocol):
             self.ledgers[probe.session].on_reply(probe.seq, self.clock_ns())
 
     def error_received(self, exc: Exception) -> None:
-        self.send_errors += 1  # ICMP unreachable from a peer with no responder: its probes time out
+        pass  # ICMP unreachable from a peer with no responder: nothing to do, its probes time out
 
     def send_one(self, session: int, seq: int) -> None:
         target, now = self.targets[session], self.clock_ns()

@@ -1,7 +1,7 @@
 """Samples from the real collectors on the fixture trees and real local things, for the catalogue tests.
 
 Each collector runs twice over its input (the second time with every counter advanced), through the
-real ``RateEngine`` and ``derive``, so counters, rates, saturation flags, derived signals, gauges,
+agent's ``ScrapePipeline`` (``RateEngine``, then the derived signals), so counters, rates, saturation flags, derived signals, gauges,
 infos and events all appear as production would emit them.
 """
 
@@ -15,10 +15,9 @@ from typing import Any
 
 from collectors import REGISTRY
 from collectors.pingmesh import PingmeshCollector
-from fabricd.collector import build
-from fabricd.counters import RateEngine
-from fabricd.derived import derive
+from fabricd.collector import build, close_collectors
 from fabricd.model import Reading, Sample
+from fabricd.pipeline import ScrapePipeline
 from fabricd.sim.sysfstree import (
     MLX5_CONG_COUNTERS,
     MLX5_Q_COUNTERS,
@@ -49,24 +48,18 @@ async def _twice(
     advance: Any,
     *,
     sysfs_root: Path = Path("/sys"),
-    factories: dict[str, Any] | None = None,
 ) -> list[Sample]:
-    collector = build(name, options, node=NODE, sysfs_root=sysfs_root, registry=REGISTRY, factories=factories)
-    engine = RateEngine()
+    collector = build(name, options, node=NODE, sysfs_root=sysfs_root, registry=REGISTRY)
+    pipeline = ScrapePipeline()
     samples: list[Sample] = []
     try:
         for i, ts in enumerate((1_700_000_000.0, 1_700_000_010.0)):
             if i:
                 await advance()
             readings: Sequence[Reading] = await collector.collect()
-            scrape = engine.update(ts, list(readings))
-            samples += scrape + derive(scrape)  # a run parsed once (NCCL logs) shows in one scrape only
+            samples += pipeline.samples(ts, readings)  # a run parsed once (NCCL logs) shows in one scrape only
     finally:
-        closer = getattr(collector, "close", None)
-        if closer is not None:
-            result = closer()
-            if asyncio.iscoroutine(result):
-                await result
+        await close_collectors([collector])
     return samples
 
 

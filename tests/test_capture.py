@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.capture import CaptureBatch, CaptureCollector, Cnp, FlowControl, classify
+from collectors.capture import CaptureBatch, CaptureCollector, CaptureFactories, Cnp, FlowControl, classify
 from fabricd.collector import build
 from fabricd.model import Kind, Reading
 
@@ -69,7 +69,7 @@ def _collector(source: ListSource, **options: object) -> CaptureCollector:
         node="n1",
         sysfs_root=Path("/sys"),
         registry=REGISTRY,
-        factories={"capture": lambda _iface: source},
+        factories=[CaptureFactories(source=lambda _iface: source)],
     )
     assert isinstance(collector, CaptureCollector)
     return collector

@@ -13,7 +13,7 @@ import pytest
 from fabricd.cli import main
 from fabricd.model import Incident, IncidentKind, IncidentState, Kind, Severity
 from fabricd.server import db
-from fabricd.server.store import Store
+from fabricd.server.store.storage import Storage
 from tests.support.server import ServerProcess, encoded, free_port, ib_sample, make_batch
 
 pytestmark = pytest.mark.slow
@@ -34,11 +34,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     data: Path = tmp_path_factory.mktemp("oncall") / "data"
     engine = db.make_engine(f"sqlite:///{data / 'fabricd.db'}")
     db.prepare(engine)
-    store = Store(engine)
+    store = Storage.open(engine)
     now = time.time()
-    admin = store.create_token("admin", now, note="oncall")[1]
-    read = store.create_token("read", now)[1]
-    iid, _ = store.upsert_incident(
+    admin = store.tokens.create("admin", now, note="oncall")[1]
+    read = store.tokens.create("read", now)[1]
+    iid, _ = store.incidents.upsert(
         Incident(
             key="congestion:leaf-01",
             kind=IncidentKind.CONGESTION,
@@ -48,8 +48,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             summary="xmit wait 40% on leaf-01 uplink",
             started_ts=now - 60,
             updated_ts=now,
-        ),
-        now,
+        )
     )
     engine.dispose()
     server = ServerProcess(data, extra=["--log-level", "warning"]).start()

@@ -109,3 +109,25 @@ def test_the_token_can_come_from_a_file_and_a_bad_one_is_named(tmp_path: Path, m
     monkeypatch.setenv("FABRICD_TOKEN_FILE", str(tmp_path / "nope"))
     with pytest.raises(SettingsError, match=r"token_file: cannot read .*/nope: No such file or directory$"):
         load(AgentSettings)
+
+
+def _fabricd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fabricd", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_fabricd_config_prints_the_examples_and_the_reference_and_checks_a_file(tmp_path: Path) -> None:
+    for name in ("agent", "server"):
+        shown = _fabricd("config", "example", name)
+        assert (shown.returncode, shown.stdout) == (0, (REPO / "deploy" / "config" / f"{name}.yaml").read_text())
+        checked = _fabricd("config", "check", name, "-c", str(REPO / "deploy" / "config" / f"{name}.yaml"))
+        assert (checked.returncode, checked.stdout) == (0, f"{REPO}/deploy/config/{name}.yaml: valid {name} settings\n")
+    reference = _fabricd("config", "reference")
+    assert (reference.returncode, reference.stdout) == (0, (REPO / "docs" / "configuration.md").read_text())
+    bad = tmp_path / "agent.yaml"
+    bad.write_text("interval_seconds: -1\n")
+    refused = _fabricd("config", "check", "agent", "-c", str(bad))
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"fabricd: {bad} (or FABRICD_* environment): invalid settings: interval_seconds: "
+        "Input should be greater than or equal to 0\n"
+    )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fabricd.detect import DetectionEngine
-from fabricd.detect.series import Cluster, path_oracle, replay
 from fabricd.model import IncidentKind, IncidentState, Status
 from fabricd.topology import fat_tree
+from tests.support.series import Cluster, path_oracle, replay
 
 SPINES = 2
 TOPO = fat_tree(16, 2, 4, SPINES, "roce")

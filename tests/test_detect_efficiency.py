@@ -4,9 +4,9 @@ straggler detector, behind the same guards as slow NCCL times."""
 from __future__ import annotations
 
 from fabricd.detect import DetectionEngine
-from fabricd.detect.series import Cluster, gauge, path_oracle, replay
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
+from tests.support.series import Cluster, gauge, path_oracle, replay
 
 TOPO = fat_tree(16, 2, 4, 2, "roce")
 NODES = sorted(TOPO.nodes)

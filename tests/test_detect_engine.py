@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fabricd.detect import DetectionEngine
-from fabricd.detect.series import Cluster, counter, replay
 from fabricd.model import IncidentKind, IncidentState
 from fabricd.topology import fat_tree
+from tests.support.series import Cluster, counter, replay
 
 TOPO = fat_tree(8, 2, 4, 2, "roce")
 NODES = sorted(TOPO.nodes)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from fabricd.detect import DetectionEngine
-from fabricd.detect.series import Cluster, path_oracle, pause, replay
 from fabricd.model import IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
+from tests.support.series import Cluster, path_oracle, pause, replay
 
 TOPO = fat_tree(16, 2, 4, 2, "roce")
 NODES = sorted(TOPO.nodes)

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 
 from fabricd.detect import DetectionEngine
 from fabricd.detect.latency import BaselineParams, Baselines
-from fabricd.detect.series import Cluster, path_oracle, replay
 from fabricd.model import IncidentKind, IncidentState
 from fabricd.topology import fat_tree
+from tests.support.series import Cluster, path_oracle, replay
 
 TOPO = fat_tree(16, 2, 4, 2, "roce")
 NODES = sorted(TOPO.nodes)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 from fabricd.detect.localize import Localizer
-from fabricd.detect.series import path_oracle
 from fabricd.topology import fat_tree
+from tests.support.series import path_oracle
 
 SPINES = 4
 TOPO = fat_tree(32, 2, 8, SPINES, "roce")

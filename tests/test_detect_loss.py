@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from fabricd.detect import DetectionEngine
-from fabricd.detect.series import Cluster, path_oracle, replay
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
+from tests.support.series import Cluster, path_oracle, replay
 
 SPINES = 2
 TOPO = fat_tree(16, 2, 4, SPINES, "roce")

@@ -22,7 +22,7 @@ from fabricd.model import Kind, Reading, Sample, Status
 from fabricd.server import db
 from fabricd.server.fleet_text import FleetText
 from fabricd.server.metrics import FleetCollector, ServerMetrics, render
-from fabricd.server.store import Store
+from fabricd.server.store.storage import Storage
 from tests.catalogue_samples import all_samples
 from tests.support.server import ib_sample, make_batch
 
@@ -146,20 +146,20 @@ def test_a_series_that_vanishes_leaves_the_output_and_the_cache() -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
+def store(tmp_path: Path) -> Iterator[Storage]:
     engine = db.make_engine(f"sqlite:///{tmp_path / 'fabricd.db'}")
     db.prepare(engine)
-    yield Store(engine)
+    yield Storage.open(engine)
     engine.dispose()
 
 
-def test_metrics_route_renders_the_registry_as_generate_latest_and_drops_stale_nodes(store: Store) -> None:
+def test_metrics_route_renders_the_registry_as_generate_latest_and_drops_stale_nodes(store: Storage) -> None:
     now = [T0]
     registry = CollectorRegistry(auto_describe=False)
     ServerMetrics(registry).batches.inc(3)
-    registry.register(FleetCollector(store, stale_seconds=300.0, clock=lambda: now[0]))
-    store.ingest(make_batch("old", "b1", [ib_sample(T0 - 200)], ts=T0 - 200), T0 - 200, 1000)
-    store.ingest(make_batch("new", "b2", [ib_sample(T0, device=f"mlx5_{i}") for i in range(3)], ts=T0), T0, 1000)
+    registry.register(FleetCollector(store.latest, store.inventory, store.incidents, 300.0, lambda: now[0]))
+    store.writer.ingest(make_batch("old", "b1", [ib_sample(T0 - 200)], ts=T0 - 200), T0 - 200, 1000)
+    store.writer.ingest(make_batch("new", "b2", [ib_sample(T0, device=f"mlx5_{i}") for i in range(3)], ts=T0), T0, 1000)
     fast = render(registry).decode()
     assert sorted(_parsed(fast)) == sorted(_parsed(generate_latest(registry).decode()))
     assert fast.count("# TYPE fabricd_infiniband_port_transmit_data_bytes_total counter") == 1

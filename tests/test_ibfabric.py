@@ -15,6 +15,7 @@ import pytest
 
 from collectors.ibfabric import (
     IbFabricCollector,
+    IbFabricFactories,
     IbFabricOptions,
     block_readings,
     parse_ibstat,
@@ -22,8 +23,8 @@ from collectors.ibfabric import (
     parse_perfquery,
     status_readings,
 )
-from collectors.nccl import SubprocessRunner
 from fabricd.collector import CollectorConfigError, CollectorContext, build
+from fabricd.command import SubprocessRunner
 from fabricd.model import Reading
 from fabricd.topology import fat_tree, from_ibnetdiscover, from_yaml, parse_ibnetdiscover
 from tests.helpers import CASES
@@ -163,7 +164,7 @@ def make(bin_dir: Path, **options: Any) -> IbFabricCollector:
     ctx = CollectorContext(
         "mgmt-01",
         options=IbFabricOptions(**{**defaults, **options}),
-        factories={"ibfabric_runner": lambda _: SubprocessRunner()},
+        factories=(IbFabricFactories(runner=SubprocessRunner),),
     )
     return IbFabricCollector(ctx)
 

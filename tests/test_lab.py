@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.capture import AfPacketSource, CaptureCollector
-from collectors.pingmesh import PingmeshCollector
+from collectors.capture import AfPacketSource, CaptureCollector, CaptureFactories
+from collectors.pingmesh import PingmeshCollector, PingmeshFactories
 from fabricd.collector import build
 from fabricd.model import Reading
 from tests.helpers import built_lab, need_root
@@ -52,7 +52,7 @@ class Mesh:
                 node=host,
                 sysfs_root=Path("/sys"),
                 registry=REGISTRY,
-                factories={"socket": lab.socket_factory(host)},
+                factories=[PingmeshFactories(socket=lab.socket_factory(host))],
             )
             assert isinstance(agent, PingmeshCollector)
             self.agents[host] = agent
@@ -158,7 +158,7 @@ async def test_pfc_frames_and_cnps_over_a_veth_are_counted(lab: Lab) -> None:
         node="sw",
         sysfs_root=Path("/sys"),
         registry=REGISTRY,
-        factories={"capture": lambda iface: AfPacketSource(iface, _raw_socket(lab, "sw"))},
+        factories=[CaptureFactories(source=lambda iface: AfPacketSource(iface, _raw_socket(lab, "sw")))],
     )
     assert isinstance(collector, CaptureCollector)
     mac = lab.mac("h0")

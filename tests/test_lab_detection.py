@@ -25,11 +25,11 @@ import pytest
 
 from fabricd.detect.engine import DetectionEngine
 from fabricd.detect.rules import RuleError, load_rules
-from fabricd.detect.series import counter
 from fabricd.model import Incident, IncidentKind, Kind
 from tests.helpers import built_lab
 from tests.support.lab import Bottleneck, Direction, Lab
 from tests.support.lab_agent import Batch, LabFleet, SwitchPorts, lab_rules, lab_topology, star_paths
+from tests.support.series import counter
 
 PREFIX = "fdld"
 HOSTS = ["h0", "h1", "h2", "h3", "h4"]

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.nccl import CommandResult, NcclCollector, SubprocessRunner, op_from_command
+from collectors.nccl import NcclCollector, NcclFactories, op_from_command
 from fabricd.collector import CollectorConfigError, build
+from fabricd.command import CommandResult, SubprocessRunner
 from fabricd.model import Kind, Reading
 from fabricd.nccl_parse import parse_nccl_output
 from tests.helpers import CASES, need_binary
@@ -196,7 +197,7 @@ async def test_runs_never_overlap_and_skips_are_counted() -> None:
         node="n1",
         sysfs_root=Path("/sys"),
         registry=REGISTRY,
-        factories={"runner": lambda: runner},
+        factories=[NcclFactories(runner=lambda: runner)],
     )
     assert isinstance(collector, NcclCollector)
     skipped = 0.0

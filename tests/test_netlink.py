@@ -12,6 +12,7 @@ import pytest
 from collectors.netlink import (
     LinkStats,
     NetlinkCollector,
+    NetlinkFactories,
     NetlinkOptions,
     NetlinkSnapshot,
     QdiscStats,
@@ -70,9 +71,8 @@ async def test_loopback_is_excluded_unless_named() -> None:
     )
 
     def make(**opts: Any) -> NetlinkCollector:
-        ctx = CollectorContext(
-            "n1", options=NetlinkOptions(**opts), factories={"netlink_source": lambda _: SnapshotSource(snap)}
-        )
+        factories = NetlinkFactories(source=lambda _: SnapshotSource(snap))
+        ctx = CollectorContext("n1", options=NetlinkOptions(**opts), factories=(factories,))
         return NetlinkCollector(ctx)
 
     assert {r.device for r in await make().collect()} == {"eth0"}

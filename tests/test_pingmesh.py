@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from collectors.pingmesh import PingmeshCollector
+from collectors.pingmesh import PingmeshCollector, PingmeshFactories
 from fabricd.collector import CollectorConfigError, build
 from fabricd.model import Kind, Reading
 from fabricd.probe import (
@@ -30,9 +30,14 @@ REGISTRY = {"pingmesh": "collectors.pingmesh:PingmeshCollector"}
 MS = 1_000_000
 
 
-def _mesh(options: Mapping[str, Any], factories: Mapping[str, Callable[..., Any]] | None = None) -> PingmeshCollector:
+def _mesh(options: Mapping[str, Any], factories: PingmeshFactories | None = None) -> PingmeshCollector:
     collector = build(
-        "pingmesh", dict(options), node="n1", sysfs_root=Path("/sys"), registry=REGISTRY, factories=factories
+        "pingmesh",
+        dict(options),
+        node="n1",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
+        factories=[factories] if factories else [],
     )
     assert isinstance(collector, PingmeshCollector)
     return collector
@@ -129,7 +134,7 @@ class _EchoTwice(ResponderProtocol):
 
 
 async def _pair(responder: Callable[[], ResponderProtocol], **prober: Any) -> tuple[PingmeshCollector, ...]:
-    server = _mesh({"listen_address": "127.0.0.1", "listen_port": 0}, {"responder": responder})
+    server = _mesh({"listen_address": "127.0.0.1", "listen_port": 0}, PingmeshFactories(responder=responder))
     await server.collect()
     peer = {"name": "srv", "address": "127.0.0.1", "port": server.listen_port, "rate_per_second": 200}
     client = _mesh({"peers": [peer], "respond": False, "timeout_seconds": 0.25, **prober})

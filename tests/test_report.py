@@ -2,7 +2,7 @@
 
 A small simulated fabric (tests/cases/report/link-flap-small.yaml: one flapping host link) is
 replayed through the agent's collectors (``fabricd.sim.eval``'s replay pieces, plus the pingmesh
-collector on the simulator's model prober), stored by the central's ``Store.ingest`` and run through
+collector on the simulator's model prober), stored by the central's group-commit writer and run through
 the ``DetectionLoop`` with the real detection engine. The report is then built against a real
 ``fabricd server`` process (CLI) and the in-process app (route), and checked against the REST API.
 """
@@ -106,10 +106,10 @@ def _store_and_detect(
         for node, s in batch:
             per_node[node].append(s)
         for node, samples in per_node.items():
-            svc.store.ingest(Batch(node, "sim", f"{node}-{k}", samples, created_ts=ts), ts, 20_000)
+            svc.store.writer.ingest(Batch(node, "sim", f"{node}-{k}", samples, created_ts=ts), ts, 20_000)
     engine = DetectionEngine()
     engine.set_topology(cluster.sim.fabric.topology, cluster.routes())
-    loop = DetectionLoop(svc.store, engine, svc.metrics, clock=lambda: rounds[-1][0])
+    loop = DetectionLoop(svc.store.stream, svc.store.incidents, engine, svc.metrics, clock=lambda: rounds[-1][0])
     while loop.step():
         pass
     svc.store.engine.dispose()
@@ -124,9 +124,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     cluster, rounds = asyncio.run(_replay(root / "sim"))
     _store_and_detect(settings, cluster, rounds)
     svc = create_app(settings).state.services
-    flaps = [r for r in svc.store.list_incidents() if r.element == ELEMENT]
-    assert flaps, f"the detector found no incident at {ELEMENT}: {[r.element for r in svc.store.list_incidents()]}"
-    read = svc.store.create_token("read", rounds[-1][0])[1]
+    flaps = [r for r in svc.store.incidents.query() if r.element == ELEMENT]
+    assert flaps, f"the detector found no incident at {ELEMENT}: {[r.element for r in svc.store.incidents.query()]}"
+    read = svc.store.tokens.create("read", rounds[-1][0])[1]
     svc.store.engine.dispose()
     return Fleet(db_url, data, flaps[0].id, read, rounds[-1][0])
 

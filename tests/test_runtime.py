@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import pytest
 
-from fabricd.agent.runtime import CollectorRunner, build_collectors
-from fabricd.collector import CollectorConfigError, CollectorContext, CollectorOptions
+from fabricd.agent.runtime import CollectorRunner
+from fabricd.collector import CollectorConfigError, CollectorContext, CollectorOptions, build_collectors
 from fabricd.model import Kind, Reading
 
 
@@ -152,9 +152,9 @@ def test_options_are_validated_into_the_collectors_model() -> None:
 
 async def test_infiniband_reads_run_off_the_loop_unless_a_replay_asks_for_inline() -> None:
     """The agent reads sysfs on a thread of the collector's own (a hw_counters read can block);
-    ``fabricd eval`` swaps the executor through the ``worker`` factory and reads inline."""
-    from collectors.infiniband import InfinibandCollector
-    from fabricd.agent.runtime import InlineWorker
+    ``fabricd eval`` swaps the executor through ``InfinibandFactories.worker`` and reads inline."""
+    from collectors.infiniband import InfinibandCollector, InfinibandFactories
+    from fabricd.worker import InlineWorker
     from tests.helpers import CASES
 
     root = CASES / "infiniband" / "gpud-h100" / "sys"
@@ -166,7 +166,9 @@ async def test_infiniband_reads_run_off_the_loop_unless_a_replay_asks_for_inline
             return await super().run(lambda: (seen.append(threading.current_thread().name), fn())[1])
 
     default = InfinibandCollector(CollectorContext(node="n1", sysfs_root=root))
-    inline = InfinibandCollector(CollectorContext(node="n1", sysfs_root=root, factories={"worker": Spy}))
+    inline = InfinibandCollector(
+        CollectorContext(node="n1", sysfs_root=root, factories=(InfinibandFactories(worker=Spy),))
+    )
     try:
         threads: list[str] = []
         original = default.scrape

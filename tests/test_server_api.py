@@ -17,7 +17,7 @@ from fabricd import wire
 from fabricd.model import Incident, IncidentKind, IncidentState, Kind, Sample, Severity
 from fabricd.server.app import create_app
 from fabricd.server.services import Services
-from fabricd.server.store import Store
+from fabricd.server.store.storage import Storage
 from fabricd.settings import LimitSettings, ServerSettings
 from fabricd.topology import fat_tree, to_doc
 from tests.helpers import skip_or_fail
@@ -45,12 +45,12 @@ class Api:
         self.client, self.app = client, app
         self.svc: Services = app.state.services
         now = time.time()
-        self.admin = self.svc.store.create_token("admin", now, note="test admin")[1]
-        self.read = self.svc.store.create_token("read", now)[1]
-        self.agent = self.svc.store.create_token("agent", now, node="node-a")[1]
+        self.admin = self.svc.store.tokens.create("admin", now, note="test admin")[1]
+        self.read = self.svc.store.tokens.create("read", now)[1]
+        self.agent = self.svc.store.tokens.create("agent", now, node="node-a")[1]
 
     @property
-    def store(self) -> Store:
+    def store(self) -> Storage:
         return self.svc.store
 
     def auth(self, token: str | None) -> dict[str, str]:
@@ -88,7 +88,7 @@ async def api(db_url: str, tmp_path: Path) -> AsyncIterator[Api]:
 
 
 def stored_points(api: Api) -> int:
-    return sum(len(api.store.points(s.id, 0, 1e12)) for s in api.store.find_series(limit=1000))
+    return sum(len(api.store.inventory.points(s.id, 0, 1e12)) for s in api.store.inventory.find_series(limit=1000))
 
 
 def port_samples(ts: float, tx: float, rx: float, pause: float = 0.0, wait: float = 0.0) -> list[Sample]:
@@ -221,12 +221,12 @@ async def test_auth_failures_store_nothing(api: Api) -> None:
 
 
 async def test_roles_guard_the_api(api: Api) -> None:
-    inc_id, _ = api.store.upsert_incident(incident("k1"), time.time())
+    inc_id, _ = api.store.incidents.upsert(incident("k1"))
     assert (await api.get("/api/v1/incidents", token=None)).status_code == 401
     assert (await api.get("/api/v1/incidents", token="agent")).status_code == 403
     resp = await api.post(f"/api/v1/incidents/{inc_id}/ack", token="read")
     assert resp.status_code == 403 and "admin" in resp.json()["message"]
-    assert api.store.get_incident(inc_id).state == "open"
+    assert api.store.incidents.get(inc_id).state == "open"
     assert (await api.get("/api/v1/tokens", token="read")).status_code == 403
     assert (await api.get("/api/v1/incidents", token="read")).status_code == 200
 
@@ -320,7 +320,7 @@ def incident(
 
 
 async def test_incident_lifecycle_through_the_api(api: Api) -> None:
-    inc_id, transition = api.store.upsert_incident(incident("c1", timeline=[(1.0, "xmit wait rose")]), time.time())
+    inc_id, transition = api.store.incidents.upsert(incident("c1", timeline=[(1.0, "xmit wait rose")]))
     assert transition == "opened"
     listed = (await api.get("/api/v1/incidents", state="open")).json()
     assert [i["id"] for i in listed] == [inc_id]
@@ -330,7 +330,7 @@ async def test_incident_lifecycle_through_the_api(api: Api) -> None:
     acked = await api.post(f"/api/v1/incidents/{inc_id}/ack", json={"note": "looking", "by": "alice"})
     assert acked.status_code == 200 and acked.json()["state"] == "acked" and acked.json()["acked_by"] == "alice"
     # The engine keeps updating the incident: the engineer's ack survives.
-    api.store.upsert_incident(incident("c1"), time.time())
+    api.store.incidents.upsert(incident("c1"))
     assert (await api.get(f"/api/v1/incidents/{inc_id}")).json()["state"] == "acked"
     resolved = await api.post(f"/api/v1/incidents/{inc_id}/resolve")
     assert resolved.json()["state"] == "resolved" and resolved.json()["resolved_by"].startswith("token:")
@@ -345,8 +345,8 @@ async def test_incident_lifecycle_through_the_api(api: Api) -> None:
 
 
 async def test_open_incidents_are_exported_by_kind_and_severity(api: Api) -> None:
-    api.store.upsert_incident(incident("c1"), time.time())
-    api.store.upsert_incident(incident("c2"), time.time())
+    api.store.incidents.upsert(incident("c1"))
+    api.store.incidents.upsert(incident("c2"))
     text = (await api.client.get("/metrics")).text
     assert 'fabricd_incidents_open{kind="congestion",severity="warning"} 2.0' in text
     assert 'fabricd_incidents_open{kind="pfc_storm",severity="critical"} 0.0' in text
@@ -438,7 +438,7 @@ async def test_topology_status_and_probes(api: Api) -> None:
     )
     assert (await api.get("/api/v1/topology")).json()["routes"] == doc["routes"]  # the last good one stays
     await api.ingest("node-a", "1", [ib_sample(time.time())])
-    api.store.upsert_incident(incident("c1"), time.time())
+    api.store.incidents.upsert(incident("c1"))
     status = (await api.get("/api/v1/status")).json()
     assert status["nodes"] == 1 and status["incidents_open"] == 1 and status["schema_revision"]
     assert status["detection_backlog_points"] is None  # this app runs no detector
@@ -457,16 +457,16 @@ async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: 
         api = Api(client, app)
         assert (await api.ingest("node-a", "b1", port_samples(now, 2e9, 1e9))).status_code == 200
         for _ in range(400):  # 20 s: the flush loop runs every 0.2 s, even on a loaded CI machine
-            if api.store.unflushed_latest() == 0:
+            if api.store.latest.unflushed() == 0:
                 break
             await asyncio.sleep(0.05)
-        assert api.store.unflushed_latest() == 0
+        assert api.store.latest.unflushed() == 0
         assert "fabricd_store_latest_flushed_series_total 6.0" in (await client.get("/metrics")).text
     app = create_app(settings_for(db_url, tmp_path, latest_flush_seconds=3600))  # only the shutdown writes
     async with running(app) as client:
         api = Api(client, app)
         assert (await api.ingest("node-a", "b2", port_samples(now + 10, 3e9, 1e9))).status_code == 200
-        assert api.store.unflushed_latest() == 6
+        assert api.store.latest.unflushed() == 6
         assert "fabricd_store_latest_unflushed_series 6.0" in (await client.get("/metrics")).text
     try:
         with api.store.engine.connect() as conn:

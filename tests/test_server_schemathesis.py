@@ -17,7 +17,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from fabricd.server import db
-from fabricd.server.store import Store
+from fabricd.server.store.storage import Storage
 from tests.support.server import ServerProcess, encoded, ib_sample, make_batch
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
     data: Path = tmp_path_factory.mktemp("schemathesis") / "data"
     engine = db.make_engine(f"sqlite:///{data / 'fabricd.db'}")
     db.prepare(engine)
-    _id, token = Store(engine).create_token("admin", time.time(), note="schemathesis")
+    _id, token = Storage.open(engine).tokens.create("admin", time.time(), note="schemathesis")
     engine.dispose()
     proc = ServerProcess(data, extra=["--log-level", "error"]).start()
     import httpx

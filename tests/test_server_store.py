@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample, Severity
 from fabricd.server import db
 from fabricd.server.detection import DetectionLoop
 from fabricd.server.metrics import ServerMetrics
-from fabricd.server.store import Store, downsample
+from fabricd.server.store.maintenance import downsample
+from fabricd.server.store.records import Committed, Delivery, SeriesLimitExceeded
+from fabricd.server.store.storage import Storage
 from fabricd.server.tables import Base
 from tests.helpers import skip_or_fail
 from tests.support.server import backend_url, ib_sample, make_batch, pg_reachable
@@ -23,17 +27,23 @@ T0 = 1_800_000_000.0
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     if request.param == "postgres" and not pg_reachable():
         skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
     with backend_url(request.param, tmp_path) as url:
         engine = db.make_engine(url)
         db.prepare(engine)
-        yield Store(engine)
+        yield Storage.open(engine)
         engine.dispose()
 
 
-def test_migrations_create_exactly_the_table_models(store: Store) -> None:
+def flat(read: tuple[list[Delivery], int]) -> tuple[list[tuple[str, Sample]], int]:
+    """A stream read as (node, sample) pairs, as the detection loop hands them to the detector."""
+    deliveries, cursor = read
+    return [(d.node, s) for d in deliveries for s in d.samples], cursor
+
+
+def test_migrations_create_exactly_the_table_models(store: Storage) -> None:
     with store.engine.connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diffs == []
@@ -50,13 +60,17 @@ def test_series_pages_leave_room_for_hot_updates_on_postgresql(tmp_path: Path) -
         engine = db.make_engine(url)
         try:
             db.prepare(engine)
-            store = Store(engine)
+            store = Storage.open(engine)
             pages = text("SELECT id, (ctid::text::point)[0] FROM series ORDER BY id")
-            store.ingest(make_batch("n1", "a", [ib_sample(T0 + i, device=f"mlx5_{i}") for i in range(200)]), T0, 1000)
+            store.writer.ingest(
+                make_batch("n1", "a", [ib_sample(T0 + i, device=f"mlx5_{i}") for i in range(200)]), T0, 1000
+            )
             with engine.connect() as conn:
                 before = conn.execute(pages).all()
-            store.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, device=f"mlx5_{i}") for i in range(200)]), T0, 1000)
-            store.flush_latest()  # writes every row once: room for one new version in each page
+            store.writer.ingest(
+                make_batch("n1", "b", [ib_sample(T0 + 10, device=f"mlx5_{i}") for i in range(200)]), T0, 1000
+            )
+            store.latest.flush()  # writes every row once: room for one new version in each page
             with engine.connect() as conn:
                 options = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'series'")).scalar_one()
                 after = conn.execute(pages).all()
@@ -70,7 +84,7 @@ def test_series_pages_leave_room_for_hot_updates_on_postgresql(tmp_path: Path) -
     assert stayed >= 0.7 * len(before) and len({page for _id, page in before}) > 1
 
 
-def test_a_newer_schema_is_refused_with_a_clear_message(store: Store) -> None:
+def test_a_newer_schema_is_refused_with_a_clear_message(store: Storage) -> None:
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     with pytest.raises(db.SchemaError, match="revision 9999, newer than this fabricd knows"):
@@ -78,91 +92,97 @@ def test_a_newer_schema_is_refused_with_a_clear_message(store: Store) -> None:
     assert db.is_ready(store.engine)[0] is False
 
 
-def test_detection_reads_the_stream_in_ingest_order_with_a_cursor(store: Store) -> None:
-    store.ingest(make_batch("n1", "a", [ib_sample(T0 + 1), ib_sample(T0 + 2, device="mlx5_1")]), T0, 100)
-    store.ingest(make_batch("n2", "a", [ib_sample(T0 - 50)]), T0, 100)  # late (spooled) data: still next
-    first, cursor = store.read_samples_since(0, limit=2)
-    assert [(n, s.reading.device) for n, s in first] == [("n1", "mlx5_0"), ("n1", "mlx5_1")]
-    rest, cursor = store.read_samples_since(cursor)
-    assert [(n, s.ts) for n, s in rest] == [("n2", T0 - 50)]
-    assert rest[0][1].reading.metric == "port_transmit_data" and rest[0][1].rate == 1e9
-    assert store.read_samples_since(cursor) == ([], cursor)
+def test_detection_reads_the_stream_in_ingest_order_with_a_cursor(store: Storage) -> None:
+    store.writer.ingest(make_batch("n1", "a", [ib_sample(T0 + 1), ib_sample(T0 + 2, device="mlx5_1")]), T0, 100)
+    store.writer.ingest(make_batch("n2", "a", [ib_sample(T0 - 50)]), T0, 100)  # late (spooled) data: still next
+    first, cursor = store.stream.read(0, limit=2)
+    assert [(d.node, [s.reading.device for s in d.samples]) for d in first] == [("n1", ["mlx5_0", "mlx5_1"])]
+    rest, cursor = store.stream.read(cursor)
+    assert [(d.node, [s.ts for s in d.samples]) for d in rest] == [("n2", [T0 - 50])]
+    assert rest[0].samples[0].reading.metric == "port_transmit_data" and rest[0].samples[0].rate == 1e9
+    assert store.stream.read(cursor) == ([], cursor) and cursor == store.stream.head()
+    store.stream.save_cursor("detection", cursor)
+    assert Storage.open(store.engine).stream.cursor("detection") == cursor and store.stream.cursor("other") == 0
 
 
-def test_latest_is_not_overwritten_by_an_older_backlog(store: Store) -> None:
-    store.ingest(make_batch("n1", "live", [ib_sample(T0, rate=5.0)]), T0, 100)
-    store.ingest(make_batch("n1", "spooled", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
-    [(node, latest)] = store.latest()
+def test_latest_is_not_overwritten_by_an_older_backlog(store: Storage) -> None:
+    store.writer.ingest(make_batch("n1", "live", [ib_sample(T0, rate=5.0)]), T0, 100)
+    store.writer.ingest(make_batch("n1", "spooled", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
+    [(node, latest)] = store.latest.values()
     assert (node, latest.ts, latest.rate) == ("n1", T0, 5.0)
 
 
-def table_latest(store: Store) -> dict[str, tuple[float | None, float | None]]:
+def table_latest(store: Storage) -> dict[str, tuple[float | None, float | None]]:
     """series device -> (latest_ts, latest_rate) as written in the series table."""
     with store.engine.connect() as conn:
         rows = conn.execute(text("SELECT device, latest_ts, latest_rate FROM series")).all()
     return {device: (ts, rate) for device, ts, rate in rows}
 
 
-def latest_cursor(store: Store) -> int:
+def latest_cursor(store: Storage) -> int:
     with store.engine.connect() as conn:
         return int(conn.execute(text("SELECT position FROM cursors WHERE name = 'latest'")).scalar_one())
 
 
-def test_latest_values_are_served_from_memory_and_written_by_the_flush(store: Store) -> None:
-    store.load_latest()
-    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0), ib_sample(T0, device="mlx5_1", rate=7.0)]), T0, 100)
-    assert [(n, s.reading.device, s.rate) for n, s in store.latest()] == [("n1", "mlx5_0", 5.0), ("n1", "mlx5_1", 7.0)]
-    assert [s.latest.rate for s in store.find_series() if s.latest] == [5.0, 7.0]
+def test_latest_values_are_served_from_memory_and_written_by_the_flush(store: Storage) -> None:
+    store.latest.load()
+    store.writer.ingest(
+        make_batch("n1", "a", [ib_sample(T0, rate=5.0), ib_sample(T0, device="mlx5_1", rate=7.0)]), T0, 100
+    )
+    assert [(n, s.reading.device, s.rate) for n, s in store.latest.values()] == [
+        ("n1", "mlx5_0", 5.0),
+        ("n1", "mlx5_1", 7.0),
+    ]
+    assert [s.latest.rate for s in store.inventory.find_series() if s.latest] == [5.0, 7.0]
     assert table_latest(store) == {"mlx5_0": (None, None), "mlx5_1": (None, None)}  # not written yet
-    assert store.unflushed_latest() == 2 and latest_cursor(store) == 0
-    assert store.flush_latest() == 2
+    assert store.latest.unflushed() == 2 and latest_cursor(store) == 0
+    assert store.latest.flush() == 2
     assert table_latest(store) == {"mlx5_0": (T0, 5.0), "mlx5_1": (T0, 7.0)}
-    assert store.unflushed_latest() == 0 and latest_cursor(store) == store.last_point_id()
-    assert store.flush_latest() == 0  # nothing changed
+    assert store.latest.unflushed() == 0 and latest_cursor(store) == store.stream.head()
+    assert store.latest.flush() == 0  # nothing changed
     # A spooled backlog after a flush leaves the table's newer value alone.
-    store.ingest(make_batch("n1", "b", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
-    store.flush_latest()
+    store.writer.ingest(make_batch("n1", "b", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
+    store.latest.flush()
     assert table_latest(store)["mlx5_0"] == (T0, 5.0)
-    assert [s.rate for _, s in store.latest(node="n1", source="infiniband", fresh_since=T0)] == [5.0, 7.0]
-    assert store.latest(node="n2") == [] and store.latest(source="pingmesh") == []
+    assert [s.rate for _, s in store.latest.values(node="n1", source="infiniband", fresh_since=T0)] == [5.0, 7.0]
+    assert store.latest.values(node="n2") == [] and store.latest.values(source="pingmesh") == []
 
 
-def test_a_crash_between_flushes_loses_no_latest_value(store: Store) -> None:
+def test_a_crash_between_flushes_loses_no_latest_value(store: Storage) -> None:
     """A new process (kill -9 of the old one: no final flush) rebuilds the unflushed latest values
     from the points stored after the ``latest`` cursor."""
-    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
-    store.flush_latest()
-    store.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=6.0), ib_sample(T0 + 10, device="mlx5_1")]), T0, 100)
-    store.ingest(make_batch("n2", "c", [ib_sample(T0 + 10, rate=9.0)]), T0, 100)
-    store.ingest(make_batch("n1", "d", [ib_sample(T0 - 30, rate=1.0)]), T0, 100)  # older: must not win
-    restarted = Store(store.engine)
-    got = [(n, s.reading.device, s.ts, s.rate) for n, s in restarted.latest()]
+    store.writer.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
+    store.latest.flush()
+    store.writer.ingest(
+        make_batch("n1", "b", [ib_sample(T0 + 10, rate=6.0), ib_sample(T0 + 10, device="mlx5_1")]), T0, 100
+    )
+    store.writer.ingest(make_batch("n2", "c", [ib_sample(T0 + 10, rate=9.0)]), T0, 100)
+    store.writer.ingest(make_batch("n1", "d", [ib_sample(T0 - 30, rate=1.0)]), T0, 100)  # older: must not win
+    restarted = Storage.open(store.engine)
+    got = [(n, s.reading.device, s.ts, s.rate) for n, s in restarted.latest.values()]
     assert got == [("n1", "mlx5_0", T0 + 10, 6.0), ("n1", "mlx5_1", T0 + 10, 1e9), ("n2", "mlx5_0", T0 + 10, 9.0)]
-    assert restarted.unflushed_latest() == 3  # replayed values are written by the next flush
-    assert restarted.flush_latest() == 3
-    again = Store(store.engine)
-    assert [(n, s.ts, s.rate) for n, s in again.latest()] == [(n, ts, r) for n, _d, ts, r in got]
-    assert again.unflushed_latest() == 0
+    assert restarted.latest.unflushed() == 3  # replayed values are written by the next flush
+    assert restarted.latest.flush() == 3
+    again = Storage.open(store.engine)
+    assert [(n, s.ts, s.rate) for n, s in again.latest.values()] == [(n, ts, r) for n, _d, ts, r in got]
+    assert again.latest.unflushed() == 0
 
 
-def test_a_failed_flush_keeps_the_values_for_the_next_one(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
+def test_a_failed_flush_keeps_the_values_for_the_next_one(store: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.writer.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
 
     class Broken:
         def run(self, cur: object, rows: object) -> None:
             raise OSError("disk full")
 
-    good = store._sql
-    monkeypatch.setattr(
-        store,
-        "_sql",
-        type(good)(**{**{f: getattr(good, f) for f in good.__dataclass_fields__}, "update_latest": Broken()}),
-    )
+    good = store.latest.db
+    broken = dataclasses.replace(good, sql=dataclasses.replace(good.sql, update_latest=Broken()))
+    monkeypatch.setattr(store.latest, "db", broken)
     with pytest.raises(OSError, match="disk full"):
-        store.flush_latest()
-    assert store.unflushed_latest() == 1 and latest_cursor(store) == 0
-    monkeypatch.setattr(store, "_sql", good)
-    assert store.flush_latest() == 1 and table_latest(store)["mlx5_0"] == (T0, 5.0)
+        store.latest.flush()
+    assert store.latest.unflushed() == 1 and latest_cursor(store) == 0
+    monkeypatch.setattr(store.latest, "db", good)
+    assert store.latest.flush() == 1 and table_latest(store)["mlx5_0"] == (T0, 5.0)
 
 
 def incident(key: str, state: IncidentState, ts: float, summary: str = "xmit wait") -> Incident:
@@ -180,32 +200,32 @@ def incident(key: str, state: IncidentState, ts: float, summary: str = "xmit wai
     )
 
 
-def test_incident_upserts_keep_the_ack_and_grow_the_timeline(store: Store) -> None:
-    iid, tr = store.upsert_incident(incident("k", IncidentState.OPEN, T0), T0)
+def test_incident_upserts_keep_the_ack_and_grow_the_timeline(store: Storage) -> None:
+    iid, tr = store.incidents.upsert(incident("k", IncidentState.OPEN, T0))
     assert tr == "opened"
-    store.ack(iid, "alice", T0 + 5, "on it")
-    assert store.upsert_incident(incident("k", IncidentState.OPEN, T0 + 10, "worse"), T0 + 10) == (iid, "updated")
-    row = store.get_incident(iid)
+    store.incidents.ack(iid, "alice", T0 + 5, "on it")
+    assert store.incidents.upsert(incident("k", IncidentState.OPEN, T0 + 10, "worse")) == (iid, "updated")
+    row = store.incidents.get(iid)
     assert (row.state, row.acked_by, row.summary) == ("acked", "alice", "worse")
-    assert store.upsert_incident(incident("k", IncidentState.RESOLVED, T0 + 20), T0 + 20)[1] == "resolved"
-    assert store.upsert_incident(incident("k", IncidentState.OPEN, T0 + 30), T0 + 30)[1] == "reopened"
-    row = store.get_incident(iid)
+    assert store.incidents.upsert(incident("k", IncidentState.RESOLVED, T0 + 20))[1] == "resolved"
+    assert store.incidents.upsert(incident("k", IncidentState.OPEN, T0 + 30))[1] == "reopened"
+    row = store.incidents.get(iid)
     assert row.state == "open" and row.acked_by is None  # a recurrence needs a fresh look
     whats = [e[1] for e in row.timeline]
     assert whats[:3] == ["xmit wait", "opened: xmit wait", "acknowledged: on it"]
     assert "resolved: xmit wait" in whats and "reopened: xmit wait" in whats
     assert [e[0] for e in row.timeline] == sorted(e[0] for e in row.timeline)
-    assert len(store.list_incidents()) == 1
+    assert len(store.incidents.query()) == 1
 
 
-def test_maintenance_downsamples_then_expires(store: Store) -> None:
+def test_maintenance_downsamples_then_expires(store: Storage) -> None:
     # Two hours of 10 s points; keep 1 h raw, 5 min buckets beyond it, delete past 90 min.
     pts = [ib_sample(T0 + i * 10, value=float(i), rate=float(i % 2)) for i in range(720)]
-    store.ingest(make_batch("n1", "a", pts), T0, 100)
+    store.writer.ingest(make_batch("n1", "a", pts), T0, 100)
     now = T0 + 7200
-    report = store.maintain(now, raw_retention=3600, step=300, retention=5400)
-    [series] = store.find_series()
-    kept = store.points(series.id, 0, now + 1)
+    report = store.maintenance.run(now, raw_retention=3600, step=300, retention=5400)
+    [series] = store.inventory.find_series()
+    kept = store.inventory.points(series.id, 0, now + 1)
     raw = [p for p in kept if p.step == 0]
     folded = [p for p in kept if p.step == 300]
     assert all(p.ts >= now - 3600 for p in raw) and len(raw) == 360
@@ -213,10 +233,10 @@ def test_maintenance_downsamples_then_expires(store: Store) -> None:
     assert [p.ts for p in folded] == [T0 + 1800 + 300 * i for i in range(6)]  # the rest expired
     assert all(p.rate == 0.5 for p in folded) and folded[0].value == 209.0  # counter: last value
     # Idempotent: a second run folds nothing new and writes no duplicate buckets.
-    again = store.maintain(now, raw_retention=3600, step=300, retention=5400)
+    again = store.maintenance.run(now, raw_retention=3600, step=300, retention=5400)
     assert (again.downsampled_points, again.deleted_points) == (0, 0)
     # Downsampled points never reach the detectors again.
-    samples, _ = store.read_samples_since(0, limit=100_000)
+    samples, _ = flat(store.stream.read(0, limit=100_000))
     assert len(samples) == 360
 
 
@@ -255,41 +275,46 @@ class ThresholdDetector:
         return out
 
 
-def test_detection_loop_resumes_from_its_stored_cursor(store: Store) -> None:
+def test_detection_loop_resumes_from_its_stored_cursor(store: Storage) -> None:
     from prometheus_client import CollectorRegistry
 
     metrics = ServerMetrics(CollectorRegistry())
-    store.ingest(make_batch("n1", "a", [ib_sample(T0, rate=10.0), ib_sample(T0, device="mlx5_1", rate=99.0)]), T0, 100)
+    store.writer.ingest(
+        make_batch("n1", "a", [ib_sample(T0, rate=10.0), ib_sample(T0, device="mlx5_1", rate=99.0)]), T0, 100
+    )
     heard: list[tuple[int, str]] = []
     detector = ThresholdDetector(50.0)
-    loop = DetectionLoop(store, detector, metrics, [lambda i, tr, _inc: heard.append((i, tr))], lambda: T0 + 2)
+    listeners = [lambda i, tr, _inc: heard.append((i, tr))]
+    loop = DetectionLoop(store.stream, store.incidents, detector, metrics, listeners, lambda: T0 + 2)
     assert loop.step() == 2 and loop.step() == 0
-    assert [i.element for i in store.list_incidents()] == ["n1/mlx5_1"] and heard[0][1] == "opened"
+    assert [i.element for i in store.incidents.query()] == ["n1/mlx5_1"] and heard[0][1] == "opened"
     assert metrics.detection_lag._value.get() == 2.0
     # A restarted loop starts after what was already processed.
-    store.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=1.0)]), T0, 100)
+    store.writer.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=1.0)]), T0, 100)
     again = ThresholdDetector(50.0)
-    assert DetectionLoop(store, again, metrics).step() == 1 and again.seen == 1
+    assert DetectionLoop(store.stream, store.incidents, again, metrics).step() == 1 and again.seen == 1
+    assert store.stream.cursor("detection") == store.stream.head()
 
 
-def test_tokens_are_stored_hashed_and_revocable(store: Store) -> None:
-    _tid, token = store.create_token("agent", T0, node="n1")
+def test_tokens_are_stored_hashed_and_revocable(store: Storage) -> None:
+    _tid, token = store.tokens.create("agent", T0, node="n1")
     with store.engine.connect() as conn:
         stored = [r[0] for r in conn.execute(text("SELECT digest FROM tokens"))]
     assert token not in stored and len(stored[0]) == 64
-    assert store.find_token(token) is not None and store.find_token(token + "x") is None
-    store.revoke_token(token, T0)
-    assert store.find_token(token) is None
-    assert store.list_tokens()[0].revoked_ts == T0
+    assert store.tokens.find(token) is not None and store.tokens.find(token + "x") is None
+    store.tokens.revoke(token, T0)
+    assert store.tokens.find(token) is None
+    assert store.tokens.all()[0].revoked_ts == T0
     with pytest.raises(ValueError, match="role"):
-        store.create_token("root", T0)
+        store.tokens.create("root", T0)
 
 
-def test_the_detection_tail_reads_exactly_what_the_database_holds(store: Store, tmp_path: Path) -> None:
-    """With ``keep_tail`` the detection stream comes from memory; every read must equal the
-    database's answer for the same cursor and limit: same points, same order, same next cursor."""
-    store.ingest(make_batch("n0", "before", [ib_sample(T0 - 10), ib_sample(T0 - 1000, device="old")]), T0, 100)
-    store.keep_tail(max_points=12)
+def test_the_stream_tail_reads_exactly_what_the_database_holds(store: Storage) -> None:
+    """A stream that follows the writer answers from memory; every read must equal the database's
+    answer (a stream that does not follow) for the same cursor and limit: the same deliveries in the
+    same order, the same next cursor. A reader that keeps up opens no database connection."""
+    store.writer.ingest(make_batch("n0", "before", [ib_sample(T0 - 10), ib_sample(T0 - 1000, device="old")]), T0, 100)
+    live = Storage.open(store.engine, stream_tail_points=12)  # follows from its first commit on
     batches = [
         make_batch("n1", "a", [ib_sample(T0 + 1), ib_sample(T0 + 1, device="mlx5_1", rate=3.5)]),
         make_batch("n2", "b", [ib_sample(T0 - 300, rate=None, value=7.0)]),  # a spooled backlog
@@ -297,37 +322,78 @@ def test_the_detection_tail_reads_exactly_what_the_database_holds(store: Store, 
         make_batch("n3", "c", [ib_sample(T0 + 2, device=f"mlx5_{i}") for i in range(5)]),
     ]
     for b in batches:
-        store.ingest(b, T0, 100)
+        live.writer.ingest(b, T0, 100)
     # Folds n0's old point into a bucket: a non-raw point with an id between two batches' ids.
-    assert store.maintain(T0, raw_retention=600, step=60, retention=1e9).buckets_written == 1
-    store.ingest(make_batch("n1", "d", [ib_sample(T0 + 11), ib_sample(T0 + 11, device="mlx5_1")]), T0, 100)
+    assert live.maintenance.run(T0, raw_retention=600, step=60, retention=1e9).buckets_written == 1
+    live.writer.ingest(make_batch("n1", "d", [ib_sample(T0 + 11), ib_sample(T0 + 11, device="mlx5_1")]), T0, 100)
 
-    def db_read(cursor: int, limit: int) -> tuple[list[tuple[str, Sample]], int]:
-        tail, store._tail = store._tail, None
-        try:
-            return store.read_samples_since(cursor, limit)
-        finally:
-            store._tail = tail
+    def key(got: tuple[list[Delivery], int]) -> tuple[list[tuple[object, ...]], int]:
+        deliveries, cursor = got
+        return [(d.node, [(s.ts, s.reading, s.rate, s.status, s.since) for s in d.samples]) for d in deliveries], cursor
 
-    def key(got: tuple[list[tuple[str, Sample]], int]) -> tuple[list[tuple[object, ...]], int]:
-        samples, cursor = got
-        return [(n, s.ts, s.reading, s.rate, s.status, s.since) for n, s in samples], cursor
-
-    last = store.last_point_id()
+    last = store.stream.head()
     for cursor in range(0, last + 1):
         for limit in (1, 2, 3, 100):
-            assert key(store.read_samples_since(cursor, limit)) == key(db_read(cursor, limit)), (cursor, limit)
+            assert key(live.stream.read(cursor, limit)) == key(store.stream.read(cursor, limit)), (cursor, limit)
+    assert [d.node for d in live.stream.read(0)[0]] == ["n0", "n1", "n2", "n3", "n1"]
     # Past max_points the oldest batches leave the tail; a reader that far behind reads the database.
     for i in range(4):
-        store.ingest(make_batch("n4", f"e{i}", [ib_sample(T0 + 20 + i, device=f"mlx5_{j}") for j in range(4)]), T0, 100)
-    assert store._tail is not None and store._tail.since(0, 100) is None
-    assert key(store.read_samples_since(0, 1000)) == key(db_read(0, 1000))
-    newest = store.last_point_id()
-    assert store._tail.since(newest - 2, 100) is not None
-    assert key(store.read_samples_since(newest - 2, 100)) == key(db_read(newest - 2, 100))
+        batch = make_batch("n4", f"e{i}", [ib_sample(T0 + 20 + i, device=f"mlx5_{j}") for j in range(4)])
+        live.writer.ingest(batch, T0, 100)
+    newest = store.stream.head()
+    live.stream.read(newest - 12, 100)  # n4's series are new: their identities are read once
+    checkouts: list[object] = []
+    event.listen(store.engine, "checkout", lambda *_args: checkouts.append(1))
+    recent, upto = live.stream.read(newest - 12, 100)  # the last three batches: still in memory
+    assert [(d.node, len(d.samples)) for d in recent] == [("n4", 12)] and upto == newest and checkouts == []
+    assert key(live.stream.read(newest - 13, 100)) == key(store.stream.read(newest - 13, 100)) and checkouts
+    assert key(live.stream.read(0, 1000)) == key(store.stream.read(0, 1000))
 
 
-def test_the_detector_follows_the_stored_topology_and_its_routes(store: Store, tmp_path: Path) -> None:
+def test_the_writer_hands_each_commit_to_its_listeners_in_commit_order(
+    store: Storage, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batches written by eight threads at once, in group commits: every stored batch reaches a
+    listener once, after its commit, in ``points.id`` order, with the ids its points got. Retries
+    and refused batches reach no listener; a listener that fails does not fail a stored batch."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.seen: list[Committed] = []
+
+        def committed(self, batches: Sequence[Committed]) -> None:
+            self.seen.extend(batches)
+
+    class Broken:
+        def committed(self, batches: Sequence[Committed]) -> None:
+            raise RuntimeError("listener bug")
+
+    heard = Recorder()
+    store.writer.subscribe(Broken())
+    store.writer.subscribe(heard)
+
+    def agent(node: str) -> None:
+        for k in range(10):
+            store.writer.ingest(make_batch(node, f"b{k}", [ib_sample(T0 + k, device=f"d{j}") for j in range(3)]), T0, 3)
+        store.writer.ingest(make_batch(node, "b0", [ib_sample(T0)]), T0, 3)  # a retry
+        with pytest.raises(SeriesLimitExceeded):
+            store.writer.ingest(make_batch(node, "over", [ib_sample(T0, device="d9")]), T0, 3)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(agent, [f"n{i}" for i in range(8)]))
+    with store.engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT id, series_id, ts, value, rate, status, since FROM points ORDER BY id")
+        ).all()
+    announced = [(c.last_point_id - len(c.rows) + 1 + i, *row) for c in heard.seen for i, row in enumerate(c.rows)]
+    assert announced == [tuple(r) for r in stored] and len(heard.seen) == 80
+    every_batch_once = sorted((f"n{i}", T0 + k) for i in range(8) for k in range(10))
+    assert sorted((c.node, c.rows[0][1]) for c in heard.seen) == every_batch_once
+    assert "a listener of committed batches failed" in caplog.text
+    assert len(store.latest.values()) == 24  # the latest values heard every batch despite the broken listener
+
+
+def test_the_detector_follows_the_stored_topology_and_its_routes(store: Storage, tmp_path: Path) -> None:
     """Probe routes uploaded with the topology (ibtracert, traceroute) reach the localizer: a routed
     pair has the one path it takes, an unrouted pair every ECMP alternative."""
     from fabricd.server.detection import EngineDetector
@@ -344,8 +410,8 @@ def test_the_detector_follows_the_stored_topology_and_its_routes(store: Store, t
         "leaf-02~spine-02",
         "node-003/mlx5_0~leaf-02",
     ]
-    store.put_topology(to_doc(fat_tree(4, 1, 2, 2, "roce"), {("node-001", "node-003"): route}), T0)
-    detector = EngineDetector(ServerSettings(data_dir=tmp_path), store)
+    store.topology.put(to_doc(fat_tree(4, 1, 2, 2, "roce"), {("node-001", "node-003"): route}), T0)
+    detector = EngineDetector(ServerSettings(data_dir=tmp_path), store.topology)
     assert detector.process([]) == []  # reads the stored topology
     localizer = detector.engine.localizer
     assert localizer is not None

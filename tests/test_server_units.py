@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fabricd.model import Kind
-from fabricd.server.ports import port_views, select_ports
+from fabricd.portview import port_views, select_ports
 from fabricd.timeparse import iso, parse_duration, parse_time
 from tests.support.server import ib_sample
 

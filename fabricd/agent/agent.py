@@ -12,9 +12,8 @@ from typing import Protocol
 from fabricd import logs
 from fabricd.agent.runtime import CollectorRunner
 from fabricd.clock import Clock
-from fabricd.counters import RateEngine
-from fabricd.derived import derive
 from fabricd.model import CollectorHealth, Sample
+from fabricd.pipeline import ScrapePipeline
 
 log = logging.getLogger("fabricd.agent")
 
@@ -32,20 +31,19 @@ class Agent:
         sink: Sink,
         clock: Clock,
         interval_seconds: float,
-        engine: RateEngine | None = None,
+        pipeline: ScrapePipeline | None = None,
     ) -> None:
         self.runner = runner
         self.sink = sink
         self.clock = clock
         self.interval_seconds = interval_seconds
-        self.engine = engine or RateEngine()
+        self.pipeline = pipeline if pipeline is not None else ScrapePipeline()
         self.scrapes = 0
 
     async def scrape_once(self) -> list[Sample]:
         ts = self.clock.time()
         result = await self.runner.scrape(ts)
-        samples = self.engine.update(ts, result.readings)
-        samples.extend(derive(samples))
+        samples = self.pipeline.samples(ts, result.readings)
         await self.sink.submit(samples, result.health)
         self.scrapes += 1
         return samples

@@ -19,9 +19,9 @@ from prometheus_client.registry import Collector as PromCollector
 
 from fabricd import __version__, gctune, logs
 from fabricd.agent.agent import Agent, Sink
-from fabricd.agent.runtime import CollectorRunner, build_collectors
+from fabricd.agent.runtime import CollectorRunner
 from fabricd.clock import SystemClock
-from fabricd.collector import Collector, CollectorConfigError
+from fabricd.collector import Collector, CollectorConfigError, build_collectors
 from fabricd.exposition import families
 from fabricd.model import CollectorHealth, Sample
 from fabricd.settings import AgentSettings, parse_listen

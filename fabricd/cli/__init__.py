@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fabricd.cli.report",
     "fabricd.cli.token",
     "fabricd.cli.sim",
+    "fabricd.cli.config",
 )
 
 EPILOG = """\

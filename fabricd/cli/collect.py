@@ -78,10 +78,9 @@ def _configured(settings: Any, only: list[str] | None) -> dict[str, Any]:
 
 async def _collect(settings: Any, args: argparse.Namespace) -> int:
     from collectors import REGISTRY
-    from fabricd.agent.runtime import CollectorRunner, build_collectors
-    from fabricd.collector import CollectorConfigError
-    from fabricd.counters import RateEngine
-    from fabricd.derived import derive
+    from fabricd.agent.runtime import CollectorRunner
+    from fabricd.collector import CollectorConfigError, build_collectors
+    from fabricd.pipeline import ScrapePipeline
 
     try:
         collectors = build_collectors(
@@ -91,7 +90,7 @@ async def _collect(settings: Any, args: argparse.Namespace) -> int:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 2
     runner = CollectorRunner(collectors, settings.collector_timeout_seconds)
-    engine = RateEngine()
+    pipeline = ScrapePipeline()
     failed = False
     out = sys.stdout.buffer
     # What exists now (imports, settings, collectors) outlives the loop: freezing it keeps the
@@ -103,8 +102,7 @@ async def _collect(settings: Any, args: argparse.Namespace) -> int:
             if i:
                 await asyncio.sleep(args.interval)
             result = await runner.scrape(time.time())
-            samples = engine.update(result.ts, result.readings)
-            samples.extend(derive(samples))
+            samples = pipeline.samples(result.ts, result.readings)
             failed = failed or not all(h.success for h in result.health)
             _print(out, args.format, samples, result.health)
     finally:

@@ -10,10 +10,14 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabricd.cli.common import add_config_option, settings_or_exit
+
+if TYPE_CHECKING:  # the server extra is imported only when a token command runs
+    from fabricd.server.store.protocols import TokenAdmin
 
 
 def register(sub: Any) -> None:
@@ -61,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
     require("server", "fabricd token")
     from fabricd.server import db
-    from fabricd.server.store import NotFound, Store
+    from fabricd.server.store.records import NotFound
+    from fabricd.server.store.storage import Storage
     from fabricd.settings import ServerSettings
 
     settings = settings_or_exit(ServerSettings, args, db=args.db, data_dir=args.data_dir)
@@ -72,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         db.open_existing(engine)  # never creates or migrates: a typo in --db must not make a new one
-        store = Store(engine)
-        return _ACTIONS[args.token_command](store, args)
+        return _ACTIONS[args.token_command](Storage.open(engine).tokens, args)
     except db.SchemaError as exc:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 1
@@ -84,22 +88,22 @@ def run(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
-def _create(store: Any, args: argparse.Namespace) -> int:
-    tid, token = store.create_token(args.role, time.time(), args.node, args.note)
+def _create(tokens: TokenAdmin, args: argparse.Namespace) -> int:
+    tid, token = tokens.create(args.role, time.time(), args.node, args.note)
     print(token)
     bound = f" for node {args.node}" if args.node else ""
     print(f"token {tid} ({args.role}{bound}) created; it is shown only once", file=sys.stderr)
     return 0
 
 
-def _revoke(store: Any, args: argparse.Namespace) -> int:
-    info = store.revoke_token(args.which.strip(), time.time())
+def _revoke(tokens: TokenAdmin, args: argparse.Namespace) -> int:
+    info = tokens.revoke(args.which.strip(), time.time())
     print(f"token {info.id} ({info.role}) revoked")
     return 0
 
 
-def _list(store: Any, args: argparse.Namespace) -> int:
-    tokens = store.list_tokens()
+def _list(store: TokenAdmin, args: argparse.Namespace) -> int:
+    tokens = store.all()
     if args.json:
         print(
             json.dumps(
@@ -126,4 +130,8 @@ def _list(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS = {"create": _create, "revoke": _revoke, "list": _list}
+_ACTIONS: dict[str, Callable[[TokenAdmin, argparse.Namespace], int]] = {
+    "create": _create,
+    "revoke": _revoke,
+    "list": _list,
+}

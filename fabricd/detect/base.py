@@ -12,7 +12,6 @@ from fabricd.detect.localize import Cluster, Localizer, Symptom
 from fabricd.model import Candidate, Evidence, IncidentKind
 
 PAIR_SIGNALS = frozenset({"probe_loss_fraction", "rtt_p99_outlier"})
-NODE_SIGNALS = frozenset({"nccl_time_outlier"})
 
 
 @dataclass(slots=True)

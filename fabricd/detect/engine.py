@@ -29,7 +29,6 @@ from fabricd.model import Incident, IncidentKind, Kind, Labels, Sample
 
 # Detectors in precedence order: a root cause found first claims the symptoms it explains.
 DETECTORS = (hol.propose, loss.propose, congestion.propose, latency.propose)
-INTERNAL_SIGNALS = frozenset({"rtt_p99", "nccl_time"})
 
 
 class DetectionEngine:

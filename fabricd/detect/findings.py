@@ -38,7 +38,6 @@ class Finding:
     value: float
     peak: float
     firing: bool = False
-    fired_ts: float | None = None  # when ``for`` expired (the incident could first be raised)
     context: dict[str, float] = field(default_factory=dict)  # e.g. utilization at the time
 
     @property
@@ -97,7 +96,6 @@ class Tracker:
     def _maybe_fire(self, f: Finding, key: FindingKey) -> Finding | None:
         if not f.firing and f.last_ts - f.pending_since >= f.rule.for_seconds:
             f.firing = True
-            f.fired_ts = f.last_ts
             self._firing[key] = f
             self.changed = True
         return f if f.firing else None

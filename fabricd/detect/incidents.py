@@ -90,10 +90,6 @@ class IncidentBook:
     def all(self) -> list[Incident]:
         return [e.incident for e in self._entries.values()]
 
-    def is_open(self, key: str) -> bool:
-        e = self._entries.get(key)
-        return e is not None and e.incident.state is not IncidentState.RESOLVED
-
     # --- merging -------------------------------------------------------------------------------
 
     def _merge(self, p: Proposal, now: float) -> Incident | None:

@@ -115,10 +115,6 @@ class Baselines:
     def _z(value: float, med: float, scale: float) -> float:
         return (value - med) / scale if scale > 0 else 0.0
 
-    def fleet_median(self, group: tuple[str, ...]) -> float:
-        fleet = self._fleets.get(group)
-        return fleet.med if fleet is not None else 0.0
-
     def series_median(self, key: tuple[str, ...]) -> float | None:
         s = self._series.get(key)
         return s.med if s is not None and s.ready else None

@@ -105,9 +105,6 @@ class Localizer:
     def hcas(self, node: str) -> list[str]:
         return self._hcas.get(node, [])
 
-    def knows(self, node: str) -> bool:
-        return node in self._hcas
-
     # --- symptoms ------------------------------------------------------------------------------
 
     def port_symptom(self, ref: Any, hca: str, weight: float = 1.0) -> Symptom:

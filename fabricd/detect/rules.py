@@ -104,9 +104,6 @@ class RuleSet:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     params: dict[str, float] = field(default_factory=dict)
 
-    def for_signal(self, signal: str) -> list[Rule]:
-        return [r for r in self.rules if r.signal == signal]
-
     def param(self, name: str, default: float) -> float:
         return self.params.get(name, default)
 

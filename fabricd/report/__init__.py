@@ -3,7 +3,8 @@
     source (REST or in-process) -> gather -> ReportData -> render -> Report (HTML + PNGs) -> write_report
 
 ``build_report`` runs the first three; ``fabricd report`` and ``GET /api/v1/incidents/{id}/report``
-differ only in their ``Source``. matplotlib is imported when a plot is drawn, never at import.
+differ only in their ``Source`` (the server's is ``fabricd.server.report_source.ServiceSource``).
+matplotlib is imported when a plot is drawn, never at import.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from fabricd.progress import Step, quiet
 from fabricd.report.data import ReportData, ReportQuery
 from fabricd.report.gather import STEPS, gather
 from fabricd.report.render import Report, render, write_report
-from fabricd.report.source import RestSource, ServiceSource, Source
+from fabricd.report.source import RestSource, Source
 
 __all__ = [
     "STEPS",
@@ -20,7 +21,6 @@ __all__ = [
     "ReportData",
     "ReportQuery",
     "RestSource",
-    "ServiceSource",
     "Source",
     "build_report",
     "write_report",

@@ -16,6 +16,7 @@ from typing import Any
 from fabricd.detect.signals import DISCARDS, LINK_DOWNS, PHY_ERRORS, RETRANSMITS, SEQ_ERRORS
 from fabricd.model import Kind, Reading, Sample, Status
 from fabricd.perfmodel import OPS, predict
+from fabricd.portview import LINK_RATE, PAUSE, RX_BYTES, TX_BYTES, XMIT_WAIT, port_views, select_ports
 from fabricd.progress import Step, quiet
 from fabricd.report.data import (
     HotPort,
@@ -29,13 +30,12 @@ from fabricd.report.data import (
     Window,
 )
 from fabricd.report.source import Source
-from fabricd.server.ports import LINK_RATE, PAUSE, RX_BYTES, TX_BYTES, XMIT_WAIT, port_views, select_ports
 
 RAW_MAX_SECONDS = 3600.0
 TARGET_POINTS = 600
 HOT_BUCKETS = 8  # the hottest-ports table averages a few buckets per series over the window
 SERIES_LIMIT = 1000  # the series route's maximum; reaching it means the answer was cut
-# Throughput counters, IB first: (receive, transmit) by fabricd name (fabricd/server/ports.py).
+# Throughput counters, IB first: (receive, transmit) by fabricd name (fabricd/portview.py).
 THROUGHPUT = (("port_receive_data", "port_transmit_data"), ("rx_bytes", "tx_bytes"))
 PING_P99, PING_SENT, PING_LOST = "rtt_p99_seconds", "probes_sent", "probes_lost"
 MAX_SIGNAL_SERIES = 4  # per port: the plot stays readable
@@ -285,7 +285,7 @@ def median_busbw(curve: NcclCurve) -> list[float]:
 
 
 def hot_ports(src: Source, data: ReportData) -> list[HotPort]:
-    """The ports with the highest mean throughput over the window (``fabricd/server/ports.py`` maths)."""
+    """The ports with the highest mean throughput over the window (``fabricd/portview.py`` maths)."""
     bucket = f"{max(1, math.ceil(data.window.seconds / HOT_BUCKETS))}s"
     latest: list[tuple[str, Sample]] = []
     for name in sorted(RX_BYTES | TX_BYTES | PAUSE | XMIT_WAIT | LINK_RATE):

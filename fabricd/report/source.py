@@ -4,8 +4,9 @@ The answer is always the JSON the REST API returns for that resource, so the rep
 shape whichever side it runs on:
 
 - ``RestSource``: the CLI, over HTTP, through the on-call client (``fabricd.cli.oncall.ApiClient``);
-- ``ServiceSource``: the server's report route, in-process, calling the very route functions that
-  serve ``/api/v1/...`` on the store (no HTTP round trip, same filters, same bucketing, same errors).
+- ``fabricd.server.report_source.ServiceSource``: the server's report route, in-process, calling the
+  very route functions that serve ``/api/v1/...`` (no HTTP round trip, same filters, same bucketing,
+  same errors). It lives in the server: this package never imports the server.
 
 Resources and their parameters (the query parameters of the matching route):
 
@@ -17,13 +18,10 @@ Resources and their parameters (the query parameters of the matching route):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from fabricd.cli.oncall import ApiClient
-    from fabricd.server.auth import Principal
-    from fabricd.server.services import Services
 
 RESOURCES = ("incident", "incidents", "series", "nccl")
 
@@ -32,7 +30,7 @@ class Source(Protocol):
     def get(self, resource: str, **params: Any) -> Any: ...
 
 
-def _unknown(resource: str) -> ValueError:
+def unknown_resource(resource: str) -> ValueError:
     return ValueError(f"unknown report resource {resource!r}; known: {', '.join(RESOURCES)}")
 
 
@@ -46,37 +44,5 @@ class RestSource:
         if resource == "incident":
             return self.client.call("GET", f"/api/v1/incidents/{int(params['id'])}")
         if resource not in RESOURCES:
-            raise _unknown(resource)
+            raise unknown_resource(resource)
         return self.client.call("GET", f"/api/v1/{resource}", params)
-
-
-class ServiceSource:
-    """In the server: the route functions themselves, with the caller of the report request.
-
-    Errors are the routes' ``ApiError`` (a 404 for an unknown incident stays a JSON 404)."""
-
-    def __init__(self, svc: Services, who: Principal) -> None:
-        self.svc, self.who = svc, who
-
-    def get(self, resource: str, **params: Any) -> Any:
-        route = self._routes().get(resource)
-        if route is None:
-            raise _unknown(resource)
-        return _json(route(**params))
-
-    def _routes(self) -> dict[str, Callable[..., Any]]:
-        from fabricd.server.routes import incidents, nccl, series
-
-        svc, who = self.svc, self.who
-        return {
-            "incident": lambda id: incidents.get_incident(svc, who, int(id)),
-            "incidents": lambda **p: incidents.list_incidents(svc, who, **p),
-            "series": lambda **p: series.get_series(svc, who, **p),
-            "nccl": lambda **p: nccl.nccl(svc, who, **p),
-        }
-
-
-def _json(value: Any) -> Any:
-    from fastapi.encoders import jsonable_encoder
-
-    return jsonable_encoder(value)

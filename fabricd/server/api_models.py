@@ -6,9 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from fabricd.model import Sample
-from fabricd.server import tables as t
-from fabricd.server.store import SeriesInfo, TokenInfo
+from fabricd.server.store.records import IncidentRecord, NodeRecord, SeriesInfo, TokenInfo
 
 
 class ErrorOut(BaseModel):
@@ -45,7 +43,7 @@ class NodeOut(BaseModel):
     collectors: list[CollectorOut]
 
     @classmethod
-    def of(cls, n: t.Node, health: list[t.CollectorStatus], series: int, now: float, stale_after: float) -> NodeOut:
+    def of(cls, n: NodeRecord, now: float, stale_after: float) -> NodeOut:
         age = max(0.0, now - n.last_seen)
         stale = age > stale_after
         cols = [
@@ -57,7 +55,7 @@ class NodeOut(BaseModel):
                 error=h.error,
                 readings=h.readings,
             )
-            for h in health
+            for h in n.collectors
         ]
         return cls(
             node=n.name,
@@ -69,7 +67,7 @@ class NodeOut(BaseModel):
             healthy=not stale and all(c.success for c in cols),
             batches=n.batches,
             samples=n.samples,
-            series=series,
+            series=n.series,
             collectors=cols,
         )
 
@@ -168,11 +166,11 @@ class IncidentSummary(BaseModel):
     resolved_by: str | None
 
     @classmethod
-    def fields_of(cls, row: t.Incident) -> dict[str, Any]:
+    def fields_of(cls, row: IncidentRecord) -> dict[str, Any]:
         return {k: getattr(row, k) for k in IncidentSummary.model_fields}
 
     @classmethod
-    def of(cls, row: t.Incident) -> IncidentSummary:
+    def of(cls, row: IncidentRecord) -> IncidentSummary:
         return cls(**cls.fields_of(row))
 
 
@@ -183,11 +181,11 @@ class IncidentOut(IncidentSummary):
     timeline: list[TimelineEntry]
 
     @classmethod
-    def of(cls, row: t.Incident) -> IncidentOut:
+    def of(cls, row: IncidentRecord) -> IncidentOut:
         return cls(
             **IncidentSummary.fields_of(row),
             candidates=[CandidateOut(**c) for c in row.candidates],
-            affected=[str(a) for a in row.affected],
+            affected=list(row.affected),
             evidence=[EvidenceOut(**e) for e in row.evidence],
             timeline=[TimelineEntry(ts=e[0], what=e[1], by=e[2] if len(e) > 2 else "") for e in row.timeline],
         )
@@ -282,11 +280,3 @@ class TopologyIn(BaseModel):
 class TopologyOut(TopologyIn):
     name: str
     updated_ts: float
-
-
-def point_out(ts: float, value: float, rate: float | None, status: str) -> PointOut:
-    return PointOut(ts=ts, value=value, rate=rate, status=status)
-
-
-def sample_point(s: Sample) -> PointOut:
-    return PointOut(ts=s.ts, value=s.reading.value, rate=s.rate, status=s.status.value)

@@ -1,8 +1,8 @@
 """The app factory: ``create_app(settings)`` builds the FastAPI app; its lifespan owns the engine.
 
-Nothing happens at import. ``create_app`` wires the services (store, auth, metrics registry,
-ingest) without touching the database; the lifespan migrates the schema, writes the bootstrap
-token, runs the detection and maintenance loops, and disposes of the engine on shutdown.
+Nothing happens at import. ``create_app`` wires the services (the store's roles, auth, metrics
+registry, ingest) without touching the database; the lifespan migrates the schema, writes the
+bootstrap token, runs the detection and maintenance loops, and disposes of the engine on shutdown.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from fabricd.server.ingest import Ingestor
 from fabricd.server.metrics import FleetCollector, ServerMetrics
 from fabricd.server.routes import ROUTERS, reports
 from fabricd.server.services import Services
-from fabricd.server.store import Store
+from fabricd.server.store.protocols import TokenAdmin
+from fabricd.server.store.storage import Storage
+from fabricd.server.store.stream import TAIL_POINTS
 from fabricd.settings import ServerSettings
 
 log = logging.getLogger("fabricd.server")
@@ -43,19 +45,22 @@ def create_app(
     incident_listeners: Sequence[IncidentListener] = (),
     clock: Callable[[], float] = time.time,
 ) -> FastAPI:
-    store = Store(db.make_engine(settings.database_url()))
+    # The stream keeps the points just stored in memory only when a detector reads it.
+    store = Storage.open(db.make_engine(settings.database_url()), TAIL_POINTS if detector_factory else 0)
     registry = CollectorRegistry(auto_describe=False)
     metrics = ServerMetrics(registry)
-    metrics.latest_unflushed.set_function(store.unflushed_latest)
-    registry.register(FleetCollector(store, settings.metrics_stale_seconds, clock))
+    metrics.latest_unflushed.set_function(store.latest.unflushed)
+    registry.register(
+        FleetCollector(store.latest, store.inventory, store.incidents, settings.metrics_stale_seconds, clock)
+    )
     services = Services(
         settings=settings,
         store=store,
         registry=registry,
         metrics=metrics,
         clock=clock,
-        auth=Authenticator(store, settings.auth, settings.token_cache_seconds),
-        ingestor=Ingestor(store, settings.limits, metrics, clock),
+        auth=Authenticator(store.tokens, settings.auth, settings.token_cache_seconds),
+        ingestor=Ingestor(store.writer, settings.limits, metrics, clock),
     )
     # Alert hooks: validated here (HookConfigError names the key), fed by the detection loop's
     # listener seam; each hook has its own queue so a failing one never blocks detection or ingest.
@@ -94,12 +99,12 @@ def _lifespan(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         s = services
         s.schema_revision = await anyio.to_thread.run_sync(db.prepare, s.store.engine)
-        await anyio.to_thread.run_sync(s.store.load_latest)
-        await anyio.to_thread.run_sync(bootstrap_token, s.store, s.settings.bootstrap_token_file, s.clock)
+        await anyio.to_thread.run_sync(s.store.latest.load)
+        await anyio.to_thread.run_sync(bootstrap_token, s.store.tokens, s.settings.bootstrap_token_file, s.clock)
         await hooks.start()
         if detector_factory is not None:
-            detector = detector_factory(s.settings, s.store)
-            s.detection = DetectionLoop(s.store, detector, s.metrics, listeners, s.clock)
+            detector = detector_factory(s.settings, s.store.topology)
+            s.detection = DetectionLoop(s.store.stream, s.store.incidents, detector, s.metrics, listeners, s.clock)
             s.tasks.append(asyncio.create_task(_detection_loop(s)))
         s.tasks.append(asyncio.create_task(_maintenance_loop(s)))
         s.tasks.append(asyncio.create_task(_latest_flush_loop(s)))
@@ -152,7 +157,7 @@ async def _latest_flush_loop(s: Services) -> None:
 async def _flush_latest(s: Services) -> None:
     started = time.perf_counter()
     try:
-        written = await anyio.to_thread.run_sync(s.store.flush_latest)
+        written = await anyio.to_thread.run_sync(s.store.latest.flush)
     except Exception:  # kept in memory and retried; a restart replays the points since the last flush
         s.metrics.latest_flush_errors.inc()
         log.exception("writing latest values failed; retrying next interval")
@@ -167,7 +172,7 @@ async def _maintenance_loop(s: Services) -> None:
         await asyncio.sleep(st.maintenance_interval_seconds)
         try:
             report = await anyio.to_thread.run_sync(
-                lambda: s.store.maintain(
+                lambda: s.store.maintenance.run(
                     s.clock(), st.raw_retention_seconds, st.downsample_step_seconds, st.retention_seconds
                 )
             )
@@ -183,14 +188,15 @@ async def _maintenance_loop(s: Services) -> None:
             downsampled=report.downsampled_points,
             buckets=report.buckets_written,
             deleted=report.deleted_points,
+            deleted_batch_ids=report.deleted_batches,
         )
 
 
-def bootstrap_token(store: Store, path: Path | None, clock: Callable[[], float] = time.time) -> str | None:
+def bootstrap_token(tokens: TokenAdmin, path: Path | None, clock: Callable[[], float] = time.time) -> str | None:
     """With no admin token yet, create one and write it to ``path`` (mode 0600). Returns it."""
-    if path is None or store.has_admin_token():
+    if path is None or tokens.has_admin():
         return None
-    _id, token = store.create_token("admin", clock(), note="bootstrap")
+    _id, token = tokens.create("admin", clock(), note="bootstrap")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -1,21 +1,37 @@
 """Bearer tokens: roles agent | read | admin, optional node binding, looked up per request.
 
-Tokens are stored as sha256 digests (``store.token_digest``); a revoked or rotated token stops
-working within ``token_cache_seconds`` without a restart. ``admin`` can do everything ``read`` can
-and may ingest for any node; ``agent`` may only ingest, and only for its bound node when it has one.
+Tokens are random (``new_token``: 256 bits from ``secrets``) and stored as sha256 digests
+(``token_digest``; ``store/tokens.py`` keeps them); a revoked or rotated token stops working within
+``token_cache_seconds`` without a restart. ``admin`` can do everything ``read`` can and may ingest
+for any node; ``agent`` may only ingest, and only for its bound node when it has one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from fabricd.server.errors import ApiError
-from fabricd.server.store import Store, TokenInfo
+from fabricd.server.store.protocols import TokenLookup
+from fabricd.server.store.records import TokenInfo
 
 WWW_AUTH = {"WWW-Authenticate": "Bearer"}
+ROLES = ("agent", "read", "admin")
+TOKEN_PREFIX = "fabricd_"  # tells a leaked token apart in logs and secret scanners
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """What is stored of a token. A plain sha256 is enough: the token has 256 random bits, so
+    nothing is gained by a slow password hash, and a lookup per request stays cheap."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +49,9 @@ ANONYMOUS = Principal("admin", None, "anonymous")
 
 class Authenticator:
     def __init__(
-        self, store: Store, enabled: bool, cache_seconds: float, clock: Callable[[], float] = time.monotonic
+        self, tokens: TokenLookup, enabled: bool, cache_seconds: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.store, self.enabled, self.cache_seconds, self.clock = store, enabled, cache_seconds, clock
+        self.tokens, self.enabled, self.cache_seconds, self.clock = tokens, enabled, cache_seconds, clock
         self._cache: dict[str, tuple[float, TokenInfo | None]] = {}
         self._lock = threading.Lock()
 
@@ -60,7 +76,7 @@ class Authenticator:
             hit = self._cache.get(token)
         if hit is not None and hit[0] > now:
             return hit[1]
-        info = self.store.find_token(token)
+        info = self.tokens.find(token)
         with self._lock:
             if len(self._cache) > 10_000:  # wrong tokens must not grow this without bound
                 self._cache.clear()

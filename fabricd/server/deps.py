@@ -1,4 +1,5 @@
-"""Route dependencies as ``Annotated`` aliases: the services, the caller, parsed time parameters."""
+"""Route dependencies as ``Annotated`` aliases: the services, the caller, the store's roles (each typed
+by the Protocol a route needs, ``store/protocols.py``), parsed time parameters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fabricd.server.auth import Principal, require_admin, require_read
 from fabricd.server.errors import ApiError
 from fabricd.server.services import Services
+from fabricd.server.store import protocols as p
 from fabricd.timeparse import parse_time
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `fabricd token create`")
@@ -29,16 +31,66 @@ def caller(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depen
 Caller = Annotated[Principal, Depends(caller)]
 
 
-def reader(p: Caller) -> Principal:
-    return require_read(p)
+def reader(who: Caller) -> Principal:
+    return require_read(who)
 
 
-def admin(p: Caller) -> Principal:
-    return require_admin(p)
+def admin(who: Caller) -> Principal:
+    return require_admin(who)
 
 
 Reader = Annotated[Principal, Depends(reader)]
 Admin = Annotated[Principal, Depends(admin)]
+
+
+# One provider per role a route may take, typed by its Protocol: mypy checks that each role meets
+# every Protocol it is handed out as.
+def latest(svc: Svc) -> p.LatestReader:
+    return svc.store.latest
+
+
+def nodes(svc: Svc) -> p.NodeReader:
+    return svc.store.inventory
+
+
+def series(svc: Svc) -> p.SeriesReader:
+    return svc.store.inventory
+
+
+def incidents(svc: Svc) -> p.IncidentReader:
+    return svc.store.incidents
+
+
+def incident_counts(svc: Svc) -> p.IncidentCounter:
+    return svc.store.incidents
+
+
+def incident_actions(svc: Svc) -> p.IncidentActions:
+    return svc.store.incidents
+
+
+def tokens(svc: Svc) -> p.TokenAdmin:
+    return svc.store.tokens
+
+
+def topology(svc: Svc) -> p.TopologyStore:
+    return svc.store.topology
+
+
+def stream(svc: Svc) -> p.SampleSource:
+    return svc.store.stream
+
+
+LatestDep = Annotated[p.LatestReader, Depends(latest)]
+NodesDep = Annotated[p.NodeReader, Depends(nodes)]
+SeriesDep = Annotated[p.SeriesReader, Depends(series)]
+IncidentsDep = Annotated[p.IncidentReader, Depends(incidents)]
+IncidentCountsDep = Annotated[p.IncidentCounter, Depends(incident_counts)]
+IncidentActionsDep = Annotated[p.IncidentActions, Depends(incident_actions)]
+TokensDep = Annotated[p.TokenAdmin, Depends(tokens)]
+TopologyDep = Annotated[p.TopologyReader, Depends(topology)]
+TopologyStoreDep = Annotated[p.TopologyStore, Depends(topology)]
+StreamDep = Annotated[p.SampleSource, Depends(stream)]
 
 
 def when(svc: Services, name: str, value: str | None) -> float | None:

@@ -1,8 +1,8 @@
 """The detection loop: feeds stored samples to a pluggable ``Detector``, stores its incidents.
 
 Ingest only writes; this loop reads the stored stream with a persisted cursor
-(``Store.read_samples_since``), so a slow detector delays incidents, never ingest, and a restart
-resumes where it stopped. The detector itself (``fabricd/detect/``) is plugged in through
+(``SampleSource.read``), so a slow detector delays incidents, never ingest, and a restart resumes
+where it stopped. The detector itself (``fabricd/detect/``) is plugged in through
 ``create_app(settings, detector_factory=...)``.
 """
 
@@ -16,7 +16,8 @@ from typing import Protocol
 from fabricd import logs
 from fabricd.model import Incident, Sample
 from fabricd.server.metrics import ServerMetrics
-from fabricd.server.store import Store
+from fabricd.server.store.protocols import IncidentSink, SampleSource, TopologyReader
+from fabricd.server.store.records import NotFound
 from fabricd.settings import ServerSettings
 
 log = logging.getLogger("fabricd.server.detection")
@@ -27,7 +28,7 @@ class Detector(Protocol):
     def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]: ...
 
 
-DetectorFactory = Callable[[ServerSettings, Store], Detector]
+DetectorFactory = Callable[[ServerSettings, TopologyReader], Detector]
 # Called after each stored incident change: (incident id, transition, incident); e.g. alert hooks.
 IncidentListener = Callable[[int, str, Incident], None]
 
@@ -35,33 +36,34 @@ IncidentListener = Callable[[int, str, Incident], None]
 class DetectionLoop:
     def __init__(
         self,
-        store: Store,
+        stream: SampleSource,
+        incidents: IncidentSink,
         detector: Detector,
         metrics: ServerMetrics,
         listeners: Sequence[IncidentListener] = (),
         clock: Callable[[], float] = time.time,
         chunk: int = 20_000,
     ) -> None:
-        self.store, self.detector, self.metrics = store, detector, metrics
+        self.stream, self.incidents, self.detector, self.metrics = stream, incidents, detector, metrics
         self.listeners, self.clock, self.chunk = list(listeners), clock, chunk
-        self.cursor = store.get_cursor(CURSOR)
-        store.keep_tail()  # the points just stored, without reading them back
+        self.cursor = stream.cursor(CURSOR)
 
     def step(self) -> int:
         """Process one chunk of stored samples; returns how many (0 = caught up)."""
-        samples, cursor = self.store.read_samples_since(self.cursor, self.chunk)
+        deliveries, cursor = self.stream.read(self.cursor, self.chunk)
+        samples = [(d.node, s) for d in deliveries for s in d.samples]
         if not samples:
             self.metrics.detection_backlog.set(0)
             return 0
         incidents = self.detector.process(samples)
         now = self.clock()
         for inc in incidents:
-            iid, transition = self.store.upsert_incident(inc, now)
+            iid, transition = self.incidents.upsert(inc)
             self._notify(iid, transition, inc)
         self.cursor = cursor
-        self.store.set_cursor(CURSOR, cursor)
+        self.stream.save_cursor(CURSOR, cursor)
         self.metrics.detection_lag.set(max(0.0, now - max(s.ts for _, s in samples)))
-        self.metrics.detection_backlog.set(max(0, self.store.last_point_id() - cursor))
+        self.metrics.detection_backlog.set(max(0, self.stream.head() - cursor))
         return len(samples)
 
     def _notify(self, iid: int, transition: str, inc: Incident) -> None:
@@ -80,11 +82,13 @@ class EngineDetector:
     the engine itself runs on the samples' timestamps only.
     """
 
-    def __init__(self, settings: ServerSettings, store: Store, topology_check_seconds: float = 10.0) -> None:
+    def __init__(
+        self, settings: ServerSettings, topology: TopologyReader, topology_check_seconds: float = 10.0
+    ) -> None:
         from fabricd.detect.engine import DetectionEngine
 
         self.engine = DetectionEngine(rule_paths=[settings.rules_dir] if settings.rules_dir else None)
-        self.store = store
+        self.topology = topology
         self.topology_check_seconds = topology_check_seconds
         self._topology_ts: float | None = None
         self._next_check = 0.0
@@ -94,7 +98,6 @@ class EngineDetector:
         return self.engine.process(samples)
 
     def _refresh_topology(self) -> None:
-        from fabricd.server.store import NotFound
         from fabricd.topology import from_doc, routes_of
 
         now = time.monotonic()
@@ -102,7 +105,7 @@ class EngineDetector:
             return
         self._next_check = now + self.topology_check_seconds
         try:
-            row = self.store.get_topology()
+            row = self.topology.get()
         except NotFound:
             return
         if row.updated_ts != self._topology_ts:

@@ -3,7 +3,7 @@
 Status codes follow what the agent's transport does with them (fabricd/transport/sender.py):
 429 and 5xx are retried (load shedding, series limit), every other 4xx is permanent and the
 message names the field or the limit, so the operator knows what to fix. Detection never runs
-here: the detection loop reads what ingest stored (``Store.read_samples_since``).
+here: the detection loop reads what ingest stored (``store/stream.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from fabricd.model import Batch, Reading
 from fabricd.server.auth import Principal, require_ingest_role, require_node
 from fabricd.server.errors import ApiError
 from fabricd.server.metrics import ServerMetrics
-from fabricd.server.store import IngestResult, SeriesLimitExceeded, Store
+from fabricd.server.store.protocols import BatchSink
+from fabricd.server.store.records import IngestResult, SeriesLimitExceeded
 from fabricd.settings import LimitSettings
 
 # Column widths in tables.py: longer strings are refused with a clear 422, never truncated.
@@ -164,9 +165,9 @@ class Ingestor:
     """Counts in-flight batches for load shedding and turns store outcomes into metrics."""
 
     def __init__(
-        self, store: Store, limits: LimitSettings, metrics: ServerMetrics, clock: Callable[[], float] = time.time
+        self, sink: BatchSink, limits: LimitSettings, metrics: ServerMetrics, clock: Callable[[], float] = time.time
     ) -> None:
-        self.store, self.limits, self.metrics, self.clock = store, limits, metrics, clock
+        self.sink, self.limits, self.metrics, self.clock = sink, limits, metrics, clock
         self.in_flight = 0
 
     async def handle(
@@ -219,7 +220,7 @@ class Ingestor:
 
     def _store(self, batch: Batch) -> IngestResult:
         try:
-            return self.store.ingest(batch, self.clock(), self.limits.max_series_per_node)
+            return self.sink.ingest(batch, self.clock(), self.limits.max_series_per_node)
         except SeriesLimitExceeded as exc:
             raise ApiError(
                 429, "series_limit", str(exc), {"Retry-After": RETRY_AFTER_SERIES_LIMIT}, limit=exc.limit, node=exc.node

@@ -13,7 +13,7 @@ from fabricd.server.auth import Authenticator
 from fabricd.server.detection import DetectionLoop
 from fabricd.server.ingest import Ingestor
 from fabricd.server.metrics import ServerMetrics
-from fabricd.server.store import Store
+from fabricd.server.store.storage import Storage
 from fabricd.settings import ServerSettings
 
 
@@ -22,7 +22,7 @@ class Services:
     """What the routes use, reached through ``deps.py`` (one per app, never global)."""
 
     settings: ServerSettings
-    store: Store
+    store: Storage  # each route takes the one role it uses (deps.py)
     auth: Authenticator
     registry: CollectorRegistry
     metrics: ServerMetrics

@@ -2,9 +2,9 @@
 
 For each scrape of the scenario (every ``interval`` of simulated time) the simulated hosts' files
 move on (``fabricd.sim.cluster``), then the *same* collectors the agent runs read them (built by
-``fabricd.collector.build``; only side effects are swapped through their factories: the clock and
-the NCCL-tests command runner), then ``RateEngine`` and ``derive`` turn readings into samples as the
-agent does, and ``DetectionEngine.process`` sees them as the central service does. Nothing in a
+``fabricd.collector.build_collectors``; only side effects are swapped through their typed
+factories: the clocks, the NCCL-tests command runner, the probe sender and the read worker), then
+the agent's ``ScrapePipeline`` turns readings into samples, and ``DetectionEngine.process`` sees them as the central service does. Nothing in a
 collector or detector knows it is simulated; the ground truth is only read here, afterwards.
 
 Scoring (docs/simulator.md):
@@ -25,7 +25,7 @@ import asyncio
 import resource
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -33,7 +33,10 @@ from typing import Any, TextIO
 
 from fabricd import gctune
 from fabricd.clock import ManualClock
-from fabricd.model import Incident, Sample
+from fabricd.collector import Collector, CollectorFactories
+from fabricd.command import CommandResult
+from fabricd.model import Incident, Reading, Sample
+from fabricd.pipeline import ScrapePipeline
 from fabricd.progress import Step, progress, quiet
 from fabricd.sim.cluster import SimCluster, create
 from fabricd.sim.probes import model_prober
@@ -95,8 +98,8 @@ def _metrics(faults: Sequence[FaultResult], incidents: int, matched: int, fps: i
 @dataclass
 class Node:
     name: str
-    collectors: dict[str, Any]
-    rates: Any
+    collectors: dict[str, Collector]
+    pipeline: ScrapePipeline
 
 
 def _collector_options(cluster: SimCluster, node: str, fd_budget: int) -> dict[str, dict[str, Any]]:
@@ -114,64 +117,67 @@ class _ModelRunner:
     def __init__(self, cluster: SimCluster, node: str, clock: ManualClock) -> None:
         self.cluster, self.node, self.clock = cluster, node, clock
 
-    async def run(self, argv: Sequence[str], timeout_seconds: float) -> Any:
-        from collectors.nccl import CommandResult
-
+    async def run(self, argv: Sequence[str], timeout_seconds: float) -> CommandResult:
         del argv, timeout_seconds
         text = self.cluster.nccl_output(self.node, self.clock.now - self.cluster.epoch)
         return CommandResult(text, 0, duration_seconds=1.0)
 
 
+def _factories(cluster: SimCluster, node: str, clock: ManualClock) -> tuple[CollectorFactories, ...]:
+    """The simulated side effects of one node: event-time clocks, the stand-in NCCL runs, path-model
+    probes, and reads of tmpfs inline (``fabricd.worker.InlineWorker``)."""
+    from collectors.infiniband import InfinibandFactories
+    from collectors.nccl import NcclFactories
+    from collectors.pingmesh import PingmeshFactories
+    from fabricd.worker import InlineWorker
+
+    return (
+        NcclFactories(runner=lambda: _ModelRunner(cluster, node, clock), monotonic=clock.time, wall_clock=clock.time),
+        PingmeshFactories(
+            prober=lambda targets, _timeout_ns: model_prober(cluster.sim, node, targets, lambda: int(clock.now * 1e9))
+        ),
+        InfinibandFactories(worker=InlineWorker),
+    )
+
+
 def _build_nodes(cluster: SimCluster, clock: ManualClock) -> list[Node]:
     from collectors import REGISTRY
-    from fabricd.agent.runtime import InlineWorker, build_collectors
-    from fabricd.counters import RateEngine
+    from fabricd.collector import build_collectors
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     budget = max(0, min(1024, (soft - FD_RESERVE) // max(1, len(cluster.nodes))))
     nodes = []
     for name in cluster.nodes:
-        factories: dict[str, Callable[..., Any]] = {
-            "runner": lambda name=name: _ModelRunner(cluster, name, clock),
-            "prober": lambda targets, _timeout_ns, name=name: model_prober(
-                cluster.sim, name, targets, lambda: int(clock.now * 1e9)
-            ),
-            "clock": lambda: clock.time,
-            "worker": InlineWorker,
-            "wall_clock": lambda: clock.time,
-        }
         collectors = build_collectors(
             _collector_options(cluster, name, budget),
             node=name,
             sysfs_root=cluster.sysfs_root(name),
             registry=REGISTRY,
-            factories=factories,
+            factories=_factories(cluster, name, clock),
         )
-        nodes.append(Node(name, collectors, RateEngine()))
+        nodes.append(Node(name, collectors, ScrapePipeline()))
     return nodes
 
 
 async def _scrape(nodes: list[Node], ts: float) -> list[tuple[str, Sample]]:
-    from fabricd.derived import derive
-
     results = await asyncio.gather(*(_collect_node(n) for n in nodes))
     batch: list[tuple[str, Sample]] = []
     for node, readings in zip(nodes, results, strict=True):
-        samples = node.rates.update(ts, readings)
-        samples.extend(derive(samples))
-        batch.extend(zip(repeat(node.name), samples))
+        batch.extend(zip(repeat(node.name), node.pipeline.samples(ts, readings)))
     return batch
 
 
-async def _collect_node(node: Node) -> list[Any]:
-    out: list[Any] = []
+async def _collect_node(node: Node) -> list[Reading]:
+    # In order and without the agent's runner: event time is the clock's, and a replay has no
+    # hung reads to bound (every read is of tmpfs).
+    out: list[Reading] = []
     for collector in node.collectors.values():
         out.extend(await collector.collect())
     return out
 
 
 async def _close(nodes: list[Node]) -> None:
-    from fabricd.agent.runtime import close_collectors
+    from fabricd.collector import close_collectors
 
     for node in nodes:
         await close_collectors(node.collectors.values())

@@ -47,9 +47,6 @@ class LiveCluster:
     def agent_config(self, node: str) -> dict[str, Any]:
         return {"collectors": self.cluster.collectors_config(node, self.ports, self.speed)}
 
-    def sim_time(self) -> float:
-        return self.cluster.sim.now
-
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -31,7 +31,6 @@ BASE_RTT_SECONDS = 6e-6
 HOP_RTT_SECONDS = 1.5e-6
 QUEUE_RTT_SECONDS = 400e-6  # added queueing delay on a fully congested path
 PAUSE_RTT_SECONDS = 600e-6
-PROBE_TIMEOUT_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)

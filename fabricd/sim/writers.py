@@ -87,7 +87,6 @@ class NodeWriter:
     last: list[int] = field(default_factory=list)
     texts: dict[str, bytes] = field(default_factory=dict)
     state_paths: list[tuple[str, str]] = field(default_factory=list)
-    writes: int = 0
 
     @property
     def sysfs_root(self) -> Path:
@@ -130,7 +129,6 @@ class NodeWriter:
             if value != last[i]:
                 write_in_place(path, b"%d\n" % value)
                 last[i] = value
-                self.writes += 1
         for p, (state_path, phys_path) in zip(ports, self.state_paths, strict=True):
             state_text, phys_text = p.state_text()
             self._put(state_path, render(state_text))
@@ -141,7 +139,6 @@ class NodeWriter:
             return
         write_in_place(path, data)
         self.texts[path] = data
-        self.writes += 1
 
 
 def lay_out(top: Path, trees: dict[str, DeviceTree]) -> None:

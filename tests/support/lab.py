@@ -511,10 +511,10 @@ def _connect(address: str, port: int, deadline: float) -> socket.socket:
 
 
 async def _demo(seconds: float) -> None:
-    from collectors.pingmesh import PingmeshCollector
+    from collectors import REGISTRY
+    from collectors.pingmesh import PingmeshCollector, PingmeshFactories
     from fabricd.collector import build
 
-    registry = {"pingmesh": "collectors.pingmesh:PingmeshCollector"}
     with Lab(["h0", "h1", "h2", "h3"]) as lab:
         lab.shape("h2", Direction.TO_HOST, Bottleneck(rate_bits_per_second=8_000_000))
         agents = []
@@ -525,8 +525,8 @@ async def _demo(seconds: float) -> None:
                 {"peers": peers, "listen_address": lab.address(host)},
                 node=host,
                 sysfs_root=Path("/sys"),
-                registry=registry,
-                factories={"socket": lab.socket_factory(host)},
+                registry=REGISTRY,
+                factories=[PingmeshFactories(socket=lab.socket_factory(host))],
             )
             assert isinstance(agent, PingmeshCollector)
             agents.append(agent)

@@ -3,8 +3,10 @@
 One agent per host namespace runs the pingmesh collector (probing every other host, sockets opened
 inside the host's namespace) and the netlink collector for the host's lab interface; one agent runs
 the netlink collector in the switch namespace for the switch ports. Each is a real
-``fabricd.agent.Agent`` (collectors -> ``RateEngine`` -> ``derive``) on a clock shared by the round,
-so every round's samples carry one event time, as a fleet scraping on a common schedule would.
+``fabricd.agent.Agent`` (collectors built from ``collectors.REGISTRY`` by ``build_collectors`` ->
+``ScrapePipeline``) on a clock shared by the round, so every round's samples carry one event time, as
+a fleet scraping on a common schedule would. The only side effect swapped is where the probe sockets
+are opened (``PingmeshFactories.socket``); the sysfs root is a parameter, as the agent's setting is.
 
 Where the switch's readings go. The engine localizes port counters through the HCA port they
 belong to (``signals.py``: per (node, interface), HCA port -> its host link). A switch port faces
@@ -27,20 +29,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from collectors.pingmesh import PingmeshCollector
+from collectors import REGISTRY
+from collectors.pingmesh import PingmeshCollector, PingmeshFactories
 from fabricd.agent.agent import Agent
-from fabricd.agent.runtime import CollectorRunner, build_collectors
+from fabricd.agent.runtime import CollectorRunner
+from fabricd.collector import CollectorFactories, build_collectors
 from fabricd.detect.rules import RuleError, RuleSet, load_rules, parse_condition
 from fabricd.detect.signals import SIGNALS
 from fabricd.model import CollectorHealth, Reading, Sample, labels_of
+from fabricd.settings import AgentSettings
 from fabricd.topology import HcaPort, Switch, Topology
 from tests.support.lab import Lab
 
 LAB_SWITCH = "lab-leaf"  # a dash: element ids without one read as nodes (fabricd.detect.localize)
-REGISTRY = {
-    "pingmesh": "collectors.pingmesh:PingmeshCollector",
-    "netlink": "collectors.netlink:NetlinkCollector",
-}
+# The agent's own default (its ``--sysfs-root``): the lab's collectors read netlink and sockets only.
+DEFAULT_SYSFS_ROOT: Path = AgentSettings.model_fields["sysfs_root"].default
 Batch = list[tuple[str, Sample]]
 
 
@@ -176,15 +179,17 @@ class LabFleet:
         probe_timeout: float = 1.0,
         collector_timeout: float = 0.8,
         switch: str = LAB_SWITCH,
+        sysfs_root: Path = DEFAULT_SYSFS_ROOT,
     ) -> None:
         self.lab = lab
+        self.sysfs_root = sysfs_root
         self.clock = RoundClock()
         self.switch_ports = SwitchPorts.of(lab, switch)
         self.nodes = [self._host(h, probe_rate, probe_timeout, collector_timeout) for h in lab.hosts]
         switch_netlink: dict[str, dict[str, Any]] = {
             "netlink": {"netns": lab.switch_ns, "interfaces": sorted(self.switch_ports.ports)},
         }
-        self.nodes.append(self._node(switch, switch_netlink, {}, collector_timeout))
+        self.nodes.append(self._node(switch, switch_netlink, (), collector_timeout))
 
     def _host(self, host: str, rate: float, timeout: float, collector_timeout: float) -> _Node:
         lab = self.lab
@@ -193,17 +198,18 @@ class LabFleet:
             "pingmesh": {"peers": peers, "listen_address": lab.address(host), "timeout_seconds": timeout},
             "netlink": {"netns": lab.ns(host), "interfaces": [lab.host_iface(host)]},
         }
-        return self._node(host, configured, {"socket": lab.socket_factory(host)}, collector_timeout)
+        sockets = PingmeshFactories(socket=lab.socket_factory(host))
+        return self._node(host, configured, (sockets,), collector_timeout)
 
     def _node(
         self,
         name: str,
         configured: Mapping[str, Mapping[str, Any]],
-        factories: Mapping[str, Any],
+        factories: Sequence[CollectorFactories],
         collector_timeout: float,
     ) -> _Node:
         collectors = build_collectors(
-            configured, node=name, sysfs_root=Path("/sys"), registry=REGISTRY, factories=factories
+            configured, node=name, sysfs_root=self.sysfs_root, registry=REGISTRY, factories=factories
         )
         sink = Captured()
         agent = Agent(CollectorRunner(collectors, collector_timeout), sink, self.clock, 1.0)

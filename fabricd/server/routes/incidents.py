@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
 from fabricd.model import IncidentKind, IncidentState
-from fabricd.server import tables as t
 from fabricd.server.api_models import IncidentAction, IncidentOut, IncidentSummary
 from fabricd.server.auth import Principal
-from fabricd.server.deps import Admin, Reader, Svc, when
+from fabricd.server.deps import Admin, IncidentActionsDep, IncidentsDep, Reader, Svc, when
 from fabricd.server.errors import ApiError, not_found
 from fabricd.server.routes.common import AUTH_ERRORS, NOT_FOUND
-from fabricd.server.store import Conflict, NotFound
+from fabricd.server.store.records import Conflict, IncidentRecord, NotFound
 from fabricd.timeparse import HELP
 
 router = APIRouter(tags=["incidents"])
@@ -28,13 +28,14 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
 )
 def list_incidents(
     svc: Svc,
+    incidents: IncidentsDep,
     _who: Reader,
     state: Annotated[IncidentState | None, Query(description="open, acked or resolved")] = None,
     kind: Annotated[IncidentKind | None, Query()] = None,
     since: Annotated[str | None, Query(max_length=64, description=f"updated since; {HELP}")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[IncidentSummary]:
-    rows = svc.store.list_incidents(
+    rows = incidents.query(
         state.value if state else None, kind.value if kind else None, when(svc, "since", since), limit
     )
     return [IncidentSummary.of(r) for r in rows]
@@ -46,9 +47,9 @@ def list_incidents(
     responses={**AUTH_ERRORS, **NOT_FOUND},
     summary="One incident with evidence, localization and timeline",
 )
-def get_incident(svc: Svc, _who: Reader, incident_id: IncidentId) -> IncidentOut:
+def get_incident(incidents: IncidentsDep, _who: Reader, incident_id: IncidentId) -> IncidentOut:
     try:
-        return IncidentOut.of(svc.store.get_incident(incident_id))
+        return IncidentOut.of(incidents.get(incident_id))
     except NotFound as exc:
         raise not_found(str(exc)) from exc
 
@@ -60,10 +61,14 @@ def get_incident(svc: Svc, _who: Reader, incident_id: IncidentId) -> IncidentOut
     summary="Acknowledge (admin)",
 )
 def ack(
-    svc: Svc, who: Admin, incident_id: IncidentId, action: Annotated[IncidentAction | None, Body()] = None
+    svc: Svc,
+    incidents: IncidentActionsDep,
+    who: Admin,
+    incident_id: IncidentId,
+    action: Annotated[IncidentAction | None, Body()] = None,
 ) -> IncidentOut:
     act = action or IncidentAction()
-    return _act(lambda: svc.store.ack(incident_id, _actor(who, act), svc.clock(), act.note))
+    return _act(lambda: incidents.ack(incident_id, _actor(who, act), svc.clock(), act.note))
 
 
 @router.post(
@@ -73,20 +78,23 @@ def ack(
     summary="Resolve (admin)",
 )
 def resolve(
-    svc: Svc, who: Admin, incident_id: IncidentId, action: Annotated[IncidentAction | None, Body()] = None
+    svc: Svc,
+    incidents: IncidentActionsDep,
+    who: Admin,
+    incident_id: IncidentId,
+    action: Annotated[IncidentAction | None, Body()] = None,
 ) -> IncidentOut:
     act = action or IncidentAction()
-    return _act(lambda: svc.store.resolve(incident_id, _actor(who, act), svc.clock(), act.note))
+    return _act(lambda: incidents.resolve(incident_id, _actor(who, act), svc.clock(), act.note))
 
 
 def _actor(who: Principal, act: IncidentAction) -> str:
     return act.by or who.name
 
 
-def _act(do: object) -> IncidentOut:
-    assert callable(do)
+def _act(do: Callable[[], IncidentRecord]) -> IncidentOut:
     try:
-        row: t.Incident = do()
+        row = do()
     except NotFound as exc:
         raise not_found(str(exc)) from exc
     except Conflict as exc:

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from fabricd.server.api_models import NcclOut
-from fabricd.server.deps import Reader, Svc, when
+from fabricd.server.deps import Reader, SeriesDep, Svc, when
 from fabricd.server.routes.common import AUTH_ERRORS
 from fabricd.timeparse import HELP
 
@@ -23,6 +23,7 @@ router = APIRouter(tags=["nccl"])
 @router.get("/api/v1/nccl", response_model=list[NcclOut], responses=AUTH_ERRORS, summary="NCCL-tests results")
 def nccl(
     svc: Svc,
+    store: SeriesDep,
     _who: Reader,
     node: Annotated[str | None, Query(max_length=128)] = None,
     op: Annotated[str | None, Query(max_length=128, description="all_reduce, all_gather, alltoall, ...")] = None,
@@ -31,9 +32,9 @@ def nccl(
 ) -> list[NcclOut]:
     start = when(svc, "since", since) or 0.0
     runs: dict[tuple[str, str, float, str], NcclOut] = {}
-    for info in svc.store.find_series(node=node, device=op, source="nccl", limit=5000):
+    for info in store.find_series(node=node, device=op, source="nccl", limit=5000):
         r = info.reading
-        for p in svc.store.points(info.id, start, svc.clock()):
+        for p in store.points(info.id, start, svc.clock()):
             key = (info.node, r.device, p.ts, json.dumps(r.labels))
             run = runs.get(key) or runs.setdefault(
                 key, NcclOut(node=info.node, op=r.device, ts=p.ts, labels=dict(r.labels), values={})

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 
 from fabricd.model import Sample
 from fabricd.server.api_models import PairOut
-from fabricd.server.deps import Reader, Svc, when
+from fabricd.server.deps import LatestDep, Reader, Svc, when
 from fabricd.server.routes.common import AUTH_ERRORS
 from fabricd.timeparse import HELP
 
@@ -26,10 +26,10 @@ router = APIRouter(tags=["pingmesh"])
     summary="Probe pair matrix: p50/p99 RTT and loss",
 )
 def pingmesh(
-    svc: Svc, _who: Reader, since: Annotated[str, Query(max_length=64, description=HELP)] = "-5m"
+    svc: Svc, latest: LatestDep, _who: Reader, since: Annotated[str, Query(max_length=64, description=HELP)] = "-5m"
 ) -> list[PairOut]:
     start = when(svc, "since", since)
-    return pairs(svc.store.latest(source="pingmesh", fresh_since=start))
+    return pairs(latest.values(source="pingmesh", fresh_since=start))
 
 
 def pairs(latest: list[tuple[str, Sample]]) -> list[PairOut]:

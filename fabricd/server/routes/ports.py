@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
+from fabricd.portview import PortView, port_views, select_ports
 from fabricd.server.api_models import PortOut
-from fabricd.server.deps import Reader, Svc
-from fabricd.server.ports import PortView, port_views, select_ports
+from fabricd.server.deps import LatestDep, Reader, Svc
 from fabricd.server.routes.common import AUTH_ERRORS
 
 router = APIRouter(tags=["ports"])
@@ -18,6 +18,7 @@ SortKey = Literal["throughput", "utilization", "errors", "pause", "xmit_wait", "
 @router.get("/api/v1/ports", response_model=list[PortOut], responses=AUTH_ERRORS, summary="Ports, hottest first")
 def list_ports(
     svc: Svc,
+    latest: LatestDep,
     _who: Reader,
     node: Annotated[str | None, Query(max_length=128, description="only this node")] = None,
     state: Annotated[str | None, Query(max_length=32, description="only ports in this state (ACTIVE, down)")] = None,
@@ -25,7 +26,7 @@ def list_ports(
     limit: Annotated[int, Query(ge=1, le=10_000, description="top N")] = 50,
 ) -> list[PortOut]:
     fresh = svc.clock() - svc.settings.metrics_stale_seconds
-    views = port_views(svc.store.latest(node=node, fresh_since=fresh))
+    views = port_views(latest.values(node=node, fresh_since=fresh))
     return [_out(v) for v in select_ports(views, state, sort, limit)]
 
 

@@ -1,7 +1,7 @@
 """``/api/v1/incidents/{id}/report``: the incident report as one self-contained HTML page.
 
 The same report ``fabricd report --incident ID`` writes (fabricd/report/), gathered in-process
-through the routes that serve ``/api/v1/...`` (``ServiceSource``). A plain ``def``: FastAPI runs it
+through the routes that serve ``/api/v1/...`` (``fabricd/server/report_source.py``). A plain ``def``: FastAPI runs it
 in its thread pool, so drawing the plots never blocks the event loop.
 """
 
@@ -44,7 +44,8 @@ def incident_report(
     nodes_per_leaf: Annotated[int | None, Query(ge=1, le=4096)] = None,
     nccl_nodes: Annotated[int, Query(ge=1, le=100_000, description="nodes in one NCCL-tests job")] = 2,
 ) -> HTMLResponse:
-    from fabricd.report import ReportQuery, ServiceSource, build_report
+    from fabricd.report import ReportQuery, build_report
+    from fabricd.server.report_source import ServiceSource
 
     fabric = _fabric(link_rate, hcas_per_node, gpus_per_node, nodes_per_leaf)
     try:

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from fabricd.server.api_models import PointOut, SeriesOut
-from fabricd.server.deps import Reader, Svc, when
+from fabricd.server.deps import Reader, SeriesDep, Svc, when
 from fabricd.server.errors import ApiError
 from fabricd.server.routes.common import AUTH_ERRORS
-from fabricd.server.store import downsample
+from fabricd.server.store.maintenance import downsample
 from fabricd.timeparse import HELP, parse_duration
 
 router = APIRouter(tags=["series"])
@@ -21,6 +21,7 @@ TimeParam = Annotated[str | None, Query(max_length=64, description=HELP)]
 @router.get("/api/v1/series", response_model=list[SeriesOut], responses=AUTH_ERRORS, summary="Rate series")
 def get_series(
     svc: Svc,
+    store: SeriesDep,
     _who: Reader,
     node: Text = None,
     device: Text = None,
@@ -36,9 +37,8 @@ def get_series(
     end = svc.clock() if end is None else end
     width = _step(step)
     out = []
-    for info in svc.store.find_series(node, device, port, counter, source, limit):
-        pts = svc.store.points(info.id, start, end)
-        rows = [(p.ts, p.value, p.rate, p.status) for p in pts]
+    for info in store.find_series(node, device, port, counter, source, limit):
+        rows = [(p.ts, p.value, p.rate, p.status) for p in store.points(info.id, start, end)]
         if width is not None:
             buckets = downsample(rows, width, counter=info.reading.kind.value == "counter")
             points = [PointOut(ts=b["ts"], value=b["value"], rate=b["rate"], status=b["status"]) for b in buckets]

@@ -9,7 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from fabricd.server import db
 from fabricd.server.api_models import StatusOut
-from fabricd.server.deps import Reader, Svc
+from fabricd.server.deps import IncidentCountsDep, LatestDep, NodesDep, Reader, StreamDep, Svc
 from fabricd.server.metrics import render
 from fabricd.server.routes.common import AUTH_ERRORS
 
@@ -41,29 +41,34 @@ def metrics(svc: Svc) -> Response:
 
 
 @router.get("/api/v1/status", response_model=StatusOut, responses=AUTH_ERRORS, summary="Fleet summary")
-def status(svc: Svc, _who: Reader) -> StatusOut:
+def status(
+    svc: Svc,
+    inventory: NodesDep,
+    incidents: IncidentCountsDep,
+    latest: LatestDep,
+    stream: StreamDep,
+    _who: Reader,
+) -> StatusOut:
     now = svc.clock()
     stale_after = svc.settings.node_stale_seconds
-    nodes = svc.store.nodes()
-    stale = sum(1 for n, _h, _c in nodes if now - n.last_seen > stale_after)
-    unhealthy = sum(1 for n, h, _c in nodes if now - n.last_seen > stale_after or not all(x.success for x in h))
+    nodes = inventory.nodes()
+    stale = sum(1 for n in nodes if now - n.last_seen > stale_after)
+    unhealthy = sum(1 for n in nodes if now - n.last_seen > stale_after or not all(c.success for c in n.collectors))
     by_severity: dict[str, int] = {}
     opened = acked = 0
-    for _kind, severity, state, count in svc.store.open_incident_counts():
-        by_severity[severity] = by_severity.get(severity, 0) + count
-        opened += count if state == "open" else 0
-        acked += count if state == "acked" else 0
+    for c in incidents.open_counts():
+        by_severity[c.severity] = by_severity.get(c.severity, 0) + c.count
+        opened += c.count if c.state == "open" else 0
+        acked += c.count if c.state == "acked" else 0
     return StatusOut(
         nodes=len(nodes),
         nodes_stale=stale,
         nodes_unhealthy=unhealthy,
-        series=svc.store.series_count(),
+        series=inventory.series_count(),
         incidents_open=opened,
         incidents_acked=acked,
         incidents_by_severity=by_severity,
         schema_revision=svc.schema_revision,
-        latest_unflushed_series=svc.store.unflushed_latest(),
-        detection_backlog_points=None
-        if svc.detection is None
-        else max(0, svc.store.last_point_id() - svc.detection.cursor),
+        latest_unflushed_series=latest.unflushed(),
+        detection_backlog_points=None if svc.detection is None else max(0, stream.head() - svc.detection.cursor),
     )

@@ -7,17 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from fabricd.server.api_models import TokenCreate, TokenCreated, TokenOut
-from fabricd.server.deps import Admin, Svc
+from fabricd.server.deps import Admin, Svc, TokensDep
 from fabricd.server.errors import not_found
 from fabricd.server.routes.common import AUTH_ERRORS, NOT_FOUND
-from fabricd.server.store import NotFound
+from fabricd.server.store.records import NotFound
 
 router = APIRouter(tags=["tokens"])
 
 
 @router.get("/api/v1/tokens", response_model=list[TokenOut], responses=AUTH_ERRORS, summary="Tokens (admin)")
-def list_tokens(svc: Svc, _who: Admin) -> list[TokenOut]:
-    return [TokenOut.of(i) for i in svc.store.list_tokens()]
+def list_tokens(tokens: TokensDep, _who: Admin) -> list[TokenOut]:
+    return [TokenOut.of(i) for i in tokens.all()]
 
 
 @router.post(
@@ -27,9 +27,9 @@ def list_tokens(svc: Svc, _who: Admin) -> list[TokenOut]:
     responses=AUTH_ERRORS,
     summary="Create a token (admin)",
 )
-def create_token(svc: Svc, _who: Admin, body: TokenCreate) -> TokenCreated:
-    tid, token = svc.store.create_token(body.role, svc.clock(), body.node, body.note)
-    info = next(i for i in svc.store.list_tokens() if i.id == tid)
+def create_token(svc: Svc, tokens: TokensDep, _who: Admin, body: TokenCreate) -> TokenCreated:
+    tid, token = tokens.create(body.role, svc.clock(), body.node, body.note)
+    info = next(i for i in tokens.all() if i.id == tid)
     return TokenCreated(**TokenOut.of(info).model_dump(), token=token)
 
 
@@ -39,8 +39,8 @@ def create_token(svc: Svc, _who: Admin, body: TokenCreate) -> TokenCreated:
     responses={**AUTH_ERRORS, **NOT_FOUND},
     summary="Revoke a token (admin)",
 )
-def revoke_token(svc: Svc, _who: Admin, token_id: Annotated[int, Path(ge=1, le=2**62)]) -> TokenOut:
+def revoke_token(svc: Svc, tokens: TokensDep, _who: Admin, token_id: Annotated[int, Path(ge=1, le=2**62)]) -> TokenOut:
     try:
-        return TokenOut.of(svc.store.revoke_token(str(token_id), svc.clock()))
+        return TokenOut.of(tokens.revoke(str(token_id), svc.clock()))
     except NotFound as exc:
         raise not_found(str(exc)) from exc

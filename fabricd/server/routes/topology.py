@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from fabricd.server.api_models import TopologyIn, TopologyOut
-from fabricd.server.deps import Admin, Reader, Svc
+from fabricd.server.deps import Admin, Reader, Svc, TopologyDep, TopologyStoreDep
 from fabricd.server.errors import ApiError, not_found
 from fabricd.server.routes.common import AUTH_ERRORS, NOT_FOUND
-from fabricd.server.store import NotFound
+from fabricd.server.store.protocols import TopologyReader
+from fabricd.server.store.records import NotFound
 from fabricd.topology import from_doc, routes_of
 
 router = APIRouter(tags=["topology"])
@@ -20,9 +21,13 @@ router = APIRouter(tags=["topology"])
     responses={**AUTH_ERRORS, **NOT_FOUND},
     summary="The current topology",
 )
-def get_topology(svc: Svc, _who: Reader) -> TopologyOut:
+def get_topology(topology: TopologyDep, _who: Reader) -> TopologyOut:
+    return _current(topology)
+
+
+def _current(topology: TopologyReader) -> TopologyOut:
     try:
-        row = svc.store.get_topology()
+        row = topology.get()
     except NotFound as exc:
         raise not_found(str(exc)) from exc
     return TopologyOut(
@@ -35,11 +40,11 @@ def get_topology(svc: Svc, _who: Reader) -> TopologyOut:
 
 
 @router.put("/api/v1/topology", response_model=TopologyOut, responses=AUTH_ERRORS, summary="Replace (admin)")
-def put_topology(svc: Svc, _who: Admin, body: TopologyIn) -> TopologyOut:
+def put_topology(svc: Svc, topology: TopologyStoreDep, _who: Admin, body: TopologyIn) -> TopologyOut:
     doc = body.model_dump()
     try:  # refused here, with the reason, rather than logged later by the detection loop
         routes_of(doc, from_doc(doc))
     except (ValueError, KeyError) as exc:
         raise ApiError(422, "invalid_request", f"topology: {exc}") from exc
-    svc.store.put_topology(doc, svc.clock())
-    return get_topology(svc, _who)
+    topology.put(doc, svc.clock())
+    return _current(topology)

@@ -1,8 +1,9 @@
 """Crafted sample series for the detectors: what the agent would ship, built from rates.
 
-Used by the unit tests and handy for replaying a what-if by hand. Values are rates as
-``fabricd.counters`` would compute them (per second, base units); ``status`` other than OK carries
-no rate, exactly like the real pipeline (a saturated counter has ``rate=None``).
+Used by the detector unit tests (a test harness, so it ships in no package) and handy for
+replaying a what-if by hand. Values are rates as ``fabricd.counters`` would compute them (per
+second, base units); ``status`` other than OK carries no rate, exactly like the real pipeline (a
+saturated counter has ``rate=None``).
 """
 
 from __future__ import annotations

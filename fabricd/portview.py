@@ -26,7 +26,6 @@ TX_BYTES = frozenset({"port_transmit_data", "legacy_port_transmit_data", "tx_byt
 PAUSE = frozenset({"rx_pause_duration", "tx_pause_duration"})
 XMIT_WAIT = frozenset({"port_transmit_wait"})
 LINK_RATE = frozenset({"link_rate", "speed"})
-SORT_KEYS = ("throughput", "utilization", "errors", "pause", "xmit_wait", "name")
 
 
 @dataclass(slots=True)

@@ -1,0 +1,59 @@
+"""Series identities by id, cached: the stream and the latest values join their point rows with them.
+
+A series' identity (node, source, device, port, counter, labels, name, unit, kind) never changes
+once stored, so both read paths fetch plain point tuples and build ``Reading``s from this cache.
+Building ORM entities per row instead cost about 50 us a point, more than ingest itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from fabricd.model import Kind, Reading
+from fabricd.server.store.sql import Database
+from fabricd.server.store.writer import labels_of_json
+
+# Series identities kept: ~200 bytes each, so ~200 MB at most.
+IDENTITY_CACHE_MAX = 1_000_000
+_CHUNK = 2000  # ids per query: under both drivers' parameter limits
+
+Identity = tuple[str, Reading]  # node, reading with value 0
+
+
+class Identities:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._cache: dict[int, Identity] = {}
+
+    def of(self, ids: set[int]) -> dict[int, Identity]:
+        """A mapping that holds every id of ``ids`` that exists; opens a connection only when one
+        is not cached yet (rarely: new series)."""
+        cache = self._cache
+        if all(sid in cache for sid in ids):
+            return cache
+        with self.db.cursor() as cur:
+            return self.load(cur, ids)
+
+    def load(self, cur: Any, ids: set[int]) -> dict[int, Identity]:
+        """As ``of``, on an open DBAPI cursor."""
+        cache = self._cache
+        missing = [sid for sid in ids if sid not in cache]
+        if len(cache) + len(missing) > IDENTITY_CACHE_MAX:
+            # Bounded memory for a huge fleet: start a new cache (a reader holding the old one keeps
+            # its entries) and refill it from the table.
+            cache = self._cache = {}
+            missing = list(ids)
+        for start in range(0, len(missing), _CHUNK):
+            cur.execute(*self.db.sql.series_identity(missing[start : start + _CHUNK]))
+            for sid, node, *rest in cur.fetchall():
+                cache[sid] = (sys.intern(node), _identity_reading(*rest))
+        return cache
+
+
+def _identity_reading(
+    source: str, device: str, port: str, counter: str, name: str, unit: str, kind: str, labels: str
+) -> Reading:
+    # Interned: a fleet repeats the same few hundred names on every node, so the cache stays small.
+    i = sys.intern
+    return Reading(i(source), i(device), i(port), i(counter), 0.0, i(unit), Kind(kind), labels_of_json(labels), i(name))

@@ -1,0 +1,112 @@
+"""What the fleet holds: nodes with their collectors' health, series, and a series' points (Core).
+
+Plain read queries, set-based: SQLAlchemy Core statements over the tables, rows turned into the
+records of ``records.py`` (no ORM entities: nothing to track, nothing lazy to reach the routes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, or_, select
+
+from fabricd.model import Kind, Reading, Sample, Status
+from fabricd.server import tables as t
+from fabricd.server.store.latest import LatestValues
+from fabricd.server.store.records import CollectorRecord, NodeRecord, NotFound, PointRecord, PointRow, SeriesInfo
+from fabricd.server.store.sql import Database
+
+_N, _C, _S, _P = (t.Base.metadata.tables[name] for name in ("nodes", "collector_status", "series", "points"))
+_HEALTH = select(_C.c.node, _C.c.collector, _C.c.success, _C.c.duration_seconds, _C.c.ts, _C.c.error, _C.c.readings)
+
+
+class Inventory:
+    def __init__(self, db: Database, latest: LatestValues) -> None:
+        self.db, self.latest = db, latest
+
+    def nodes(self) -> list[NodeRecord]:
+        with self.db.engine.connect() as conn:
+            nodes = conn.execute(select(_N).order_by(_N.c.name)).all()
+            health: dict[str, list[CollectorRecord]] = {}
+            for row in conn.execute(_HEALTH.order_by(_C.c.collector)):
+                health.setdefault(row.node, []).append(_collector(row))
+            per_node = conn.execute(select(_S.c.node, func.count()).group_by(_S.c.node))
+            counts: dict[str, int] = {node: n for node, n in per_node}
+        return [_node(n, health.get(n.name, []), int(counts.get(n.name, 0))) for n in nodes]
+
+    def node(self, name: str) -> NodeRecord:
+        with self.db.engine.connect() as conn:
+            n = conn.execute(select(_N).where(_N.c.name == name)).first()
+            if n is None:
+                raise NotFound(f"node {name!r} has never sent a batch")
+            health = [_collector(h) for h in conn.execute(_HEALTH.where(_C.c.node == name).order_by(_C.c.collector))]
+            count = conn.execute(select(func.count()).select_from(_S).where(_S.c.node == name)).scalar()
+        return _node(n, health, int(count or 0))
+
+    def series_count(self) -> int:
+        with self.db.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(_S)).scalar() or 0)
+
+    def find_series(
+        self,
+        node: str | None = None,
+        device: str | None = None,
+        port: str | None = None,
+        counter: str | None = None,
+        source: str | None = None,
+        limit: int = 100,
+    ) -> list[SeriesInfo]:
+        """Series matching every filter given (``counter``: the raw or the fabricd name), by node
+        then id, each with its latest sample (from memory when it changed since the last flush)."""
+        q = select(_S).order_by(_S.c.node, _S.c.id).limit(limit)
+        for col, val in ((_S.c.node, node), (_S.c.device, device), (_S.c.port, port), (_S.c.source, source)):
+            if val is not None:
+                q = q.where(col == val)
+        if counter is not None:
+            q = q.where(or_(_S.c.counter == counter, _S.c.name == counter))
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(q).all()
+        return [self._series_info(row) for row in rows]
+
+    def points(self, series_id: int, since: float, until: float, limit: int = 10_000) -> list[PointRecord]:
+        q = (
+            select(_P.c.ts, _P.c.value, _P.c.rate, _P.c.status, _P.c.step)
+            .where(_P.c.series_id == series_id, _P.c.ts >= since, _P.c.ts <= until)
+            .order_by(_P.c.ts)
+            .limit(limit)
+        )
+        with self.db.engine.connect() as conn:
+            return [PointRecord(*row) for row in conn.execute(q)]
+
+    def _series_info(self, row: Any) -> SeriesInfo:
+        labels = _labels(row.labels)
+        reading = Reading(
+            row.source, row.device, row.port, row.counter, 0.0, row.unit, Kind(row.kind), labels, row.name
+        )
+        point = self.latest.get(row.node, row.id) or _table_latest(row)
+        if point is None:
+            return SeriesInfo(row.id, row.node, reading, None)
+        _sid, ts, value, rate, status, since = point
+        r = Reading(row.source, row.device, row.port, row.counter, value, row.unit, reading.kind, labels, row.name)
+        return SeriesInfo(row.id, row.node, reading, Sample(ts, r, rate, Status(status or "ok"), since))
+
+
+def _table_latest(row: Any) -> PointRow | None:
+    """The latest point as last flushed to the series row (``latest_*``), if any."""
+    if row.latest_ts is None or row.latest_value is None:
+        return None
+    return (row.id, row.latest_ts, row.latest_value, row.latest_rate, row.latest_status, row.latest_since)
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(json.loads(text).items()))
+
+
+def _collector(row: Any) -> CollectorRecord:
+    return CollectorRecord(row.collector, row.success, row.duration_seconds, row.ts, row.error, row.readings)
+
+
+def _node(n: Any, health: Sequence[CollectorRecord], series: int) -> NodeRecord:
+    return NodeRecord(n.name, n.agent_version, n.first_seen, n.last_seen, n.batches, n.samples, series, tuple(health))

@@ -1,0 +1,158 @@
+"""The typed values the store's roles hand out, and the errors they raise.
+
+Nothing here is a table model: a role reads its rows and returns these, so what reaches the routes,
+the detection loop, the exporter and the CLI never holds a session or lazy attributes
+(``fabricd/server/api_models.py`` turns them into the API's models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from fabricd.model import Reading, Sample, Status
+
+# One stored raw point as ingest writes it and the stream and latest values keep it in memory:
+# series_id, ts, value, rate, status, since (a plain tuple: tens of thousands a second).
+PointRow = tuple[int, float, float, float | None, str, float | None]
+# Status by its stored text: a dict hit instead of ``Status(text)``'s EnumType.__call__.
+STATUSES: dict[str, Status] = {st.value: st for st in Status}
+
+
+class SeriesLimitExceeded(Exception):
+    def __init__(self, node: str, limit: int, existing: int, new: int) -> None:
+        super().__init__(
+            f"node {node!r} would have {existing + new} distinct series, over the limit of {limit} "
+            f"(limits.max_series_per_node); {new} new series in this batch were refused"
+        )
+        self.node, self.limit, self.existing, self.new = node, limit, existing, new
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    batch_id: str
+    accepted: int
+    duplicate: bool
+    new_series: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One batch's points, handed to the writer's listeners right after their transaction committed.
+
+    The points have the consecutive ids ``last_point_id - len(rows) + 1 .. last_point_id`` (one
+    writer: a batch's ids are taken under the write lock)."""
+
+    node: str
+    rows: Sequence[PointRow]
+    last_point_id: int
+
+
+class Delivery(NamedTuple):
+    """Stored samples of one node, consecutive in ingest order (the unit the stream hands out)."""
+
+    node: str
+    samples: list[Sample]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    id: int
+    role: str
+    node: str | None
+    note: str
+    created_ts: float
+    revoked_ts: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesInfo:
+    id: int
+    node: str
+    reading: Reading  # identity (value 0); the latest point is carried separately
+    latest: Sample | None
+
+
+class PointRecord(NamedTuple):
+    ts: float
+    value: float
+    rate: float | None
+    status: str
+    step: float  # 0 = raw; else the downsampling bucket width
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorRecord:
+    collector: str
+    success: bool
+    duration_seconds: float
+    ts: float
+    error: str
+    readings: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    agent_version: str
+    first_seen: float
+    last_seen: float  # wall time of the last accepted batch
+    batches: int
+    samples: int
+    series: int
+    collectors: tuple[CollectorRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentRecord:
+    """A stored incident; the lists are the stored JSON documents (see ``tables.Incident``)."""
+
+    id: int
+    key: str
+    kind: str
+    severity: str
+    state: str
+    element: str
+    summary: str
+    started_ts: float
+    updated_ts: float
+    resolved_ts: float | None
+    acked_by: str | None
+    acked_ts: float | None
+    resolved_by: str | None
+    candidates: list[dict[str, Any]]
+    affected: list[str]
+    evidence: list[dict[str, Any]]
+    timeline: list[list[Any]]  # [ts, what, by]
+
+
+@dataclass(frozen=True, slots=True)
+class IncidentCount:
+    kind: str
+    severity: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRecord:
+    name: str
+    updated_ts: float
+    doc: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport:
+    downsampled_points: int
+    buckets_written: int
+    deleted_points: int
+    deleted_batches: int

@@ -1,0 +1,155 @@
+"""What the raw-DBAPI roles share: the engine, the one write lock, and the dialect's statements.
+
+Ingest, the sample stream and the latest values run on the driver's own cursor with SQL written
+once per placeholder style (``?`` sqlite3, ``%s`` psycopg): SQLAlchemy's per-statement compile and
+per-row parameter processing cost more than SQLite's own work at these rates (docs/storage.md).
+The text common to both databases is built here; what differs (bulk statements, the last generated
+id, an id list) comes from ``sqlite.py`` and ``postgres.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import Engine
+
+LATEST_CURSOR = "latest"  # cursors row: every raw point up to here has its latest value in the table
+
+
+class RowWriter(Protocol):
+    """Runs one statement over many rows on a DBAPI cursor (a bulk insert or update)."""
+
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every raw statement of ingest, the stream and the latest values, in one dialect.
+
+    ``ON CONFLICT`` (SQLite >= 3.24, PostgreSQL >= 9.5) makes the batch-id check, the node and the
+    collector health one statement each; the unique (node, batch id) makes a retried batch a no-op.
+    ``UPDATE .. FROM`` needs SQLite >= 3.33.
+    """
+
+    claim_batch: str
+    upsert_node: str
+    upsert_health: str
+    insert_series: str
+    node_series: str
+    insert_points: RowWriter
+    last_point_id: str  # this connection's last generated id: a batch's points end there
+    read_points: str
+    series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]]  # ids -> (sql, parameters)
+    read_cursor: str
+    upsert_cursor: str
+    update_latest: RowWriter
+    table_latest: str
+    replay_latest: str
+    # SQLite has one writer: a latest-value write takes the write lock; PostgreSQL runs it beside ingest.
+    serial_latest_writes: bool
+
+
+def statements(
+    m: str,
+    *,
+    insert_points: RowWriter,
+    update_latest: RowWriter,
+    last_point_id: str,
+    series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]],
+    serial_latest_writes: bool,
+) -> Statements:
+    """The common statement texts with placeholder ``m``, plus the dialect's own parts."""
+
+    def marks(n: int) -> str:
+        return ", ".join([m] * n)
+
+    return Statements(
+        claim_batch=f"INSERT INTO ingested_batches (node, batch_id, received_ts, samples) VALUES ({marks(4)}) "
+        "ON CONFLICT (node, batch_id) DO NOTHING",
+        upsert_node="INSERT INTO nodes (name, agent_version, first_seen, last_seen, last_batch_ts, batches, "
+        f"samples) VALUES ({marks(5)}, 1, {m}) ON CONFLICT (name) DO UPDATE SET "
+        "agent_version = excluded.agent_version, last_seen = excluded.last_seen, "
+        "last_batch_ts = excluded.last_batch_ts, batches = nodes.batches + 1, "
+        "samples = nodes.samples + excluded.samples",
+        upsert_health="INSERT INTO collector_status (node, collector, success, duration_seconds, ts, error, "
+        f"readings) VALUES ({marks(7)}) ON CONFLICT (node, collector) DO UPDATE SET "
+        "success = excluded.success, duration_seconds = excluded.duration_seconds, ts = excluded.ts, "
+        "error = excluded.error, readings = excluded.readings",
+        insert_series="INSERT INTO series (node, source, device, port, counter, labels, name, unit, kind) "
+        f"VALUES ({marks(9)}) ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING",
+        node_series=f"SELECT id, source, device, port, counter, labels FROM series WHERE node = {m}",
+        insert_points=insert_points,
+        last_point_id=last_point_id,
+        read_points=f"SELECT id, series_id, ts, value, rate, status, since FROM points WHERE id > {m} "
+        f"AND step = 0.0 ORDER BY id LIMIT {m}",
+        series_identity=series_identity,
+        read_cursor=f"SELECT position FROM cursors WHERE name = {m}",
+        upsert_cursor=f"INSERT INTO cursors (name, position) VALUES ({m}, {m}) "
+        "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
+        update_latest=update_latest,
+        table_latest="SELECT node, id, latest_ts, latest_value, latest_rate, latest_status, latest_since "
+        "FROM series WHERE latest_ts IS NOT NULL AND latest_value IS NOT NULL",
+        replay_latest="SELECT s.node, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
+        f"JOIN series s ON s.id = p.series_id WHERE p.id > {m} AND p.step = 0.0 ORDER BY p.id",
+        serial_latest_writes=serial_latest_writes,
+    )
+
+
+# Columns of a point row (records.PointRow) and the condition that keeps a newer latest value: a
+# spooled backlog drains after live data, and an old point must never replace a newer latest.
+POINT_COLUMNS = "series_id, ts, value, rate, status, since, step"
+SET_LATEST = (
+    "UPDATE series SET latest_ts = v.ts, latest_value = v.value, latest_rate = v.rate, latest_status = v.status, "
+    "latest_since = v.since FROM {source} WHERE series.id = v.id AND (series.latest_ts IS NULL OR series.latest_ts <= v.ts)"
+)
+
+
+def statements_for(dialect: str) -> Statements:
+    if dialect == "sqlite":
+        from fabricd.server.store import sqlite
+
+        return sqlite.STATEMENTS
+    if dialect == "postgresql":
+        from fabricd.server.store import postgres
+
+        return postgres.STATEMENTS
+    raise ValueError(
+        f"fabricd stores its data in SQLite or PostgreSQL, not {dialect!r}: use a sqlite:// or "
+        "postgresql+psycopg:// database URL"
+    )
+
+
+@dataclass(frozen=True)
+class Database:
+    """The engine, the dialect's statements and the one write lock, shared by every role.
+
+    Writes are serialized by the lock so SQLite never sees two writers (which would fail with
+    "database is locked" instead of queueing) and so ``points.id`` order is commit order on every
+    backend: the stream's cursor can then never skip a point committed late with a smaller id.
+    """
+
+    engine: Engine
+    sql: Statements
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def of(cls, engine: Engine) -> Database:
+        return cls(engine, statements_for(engine.dialect.name))
+
+    @contextlib.contextmanager
+    def cursor(self, transaction: bool = False) -> Iterator[Any]:
+        """A raw DBAPI cursor; with ``transaction`` inside one transaction, committed on exit."""
+        with self.engine.begin() if transaction else self.engine.connect() as conn:
+            cur = conn.connection.cursor()
+            try:
+                yield cur
+            finally:
+                cur.close()
+
+    def max_point_id(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.exec_driver_sql("SELECT max(id) FROM points").scalar() or 0)

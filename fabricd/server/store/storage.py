@@ -1,0 +1,60 @@
+"""``Storage.open(engine)``: every role of the store, built on one engine and one write lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from fabricd.server.store.identities import Identities
+from fabricd.server.store.incidents import Incidents
+from fabricd.server.store.inventory import Inventory
+from fabricd.server.store.latest import LatestValues
+from fabricd.server.store.maintenance import Maintenance
+from fabricd.server.store.sql import Database
+from fabricd.server.store.stream import Stream
+from fabricd.server.store.tokens import Tokens
+from fabricd.server.store.topology import Topologies
+from fabricd.server.store.writer import GroupCommitWriter
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The roles of one process's store. Consumers take the one role (typed by its Protocol in
+    ``protocols.py``) they use; only the app's wiring and lifespan hold the whole."""
+
+    engine: Engine
+    writer: GroupCommitWriter
+    stream: Stream
+    latest: LatestValues
+    inventory: Inventory
+    incidents: Incidents
+    tokens: Tokens
+    topology: Topologies
+    maintenance: Maintenance
+
+    @classmethod
+    def open(cls, engine: Engine, stream_tail_points: int = 0) -> Storage:
+        """Build the roles; touches no database (the app migrates in its lifespan).
+
+        The latest values always follow the writer; the stream follows it, keeping the last
+        ``stream_tail_points`` points in memory, only when something reads it (detection)."""
+        db = Database.of(engine)
+        identities = Identities(db)
+        latest = LatestValues(db, identities)
+        stream = Stream(db, identities, stream_tail_points)
+        writer = GroupCommitWriter(db)
+        writer.subscribe(latest)
+        if stream_tail_points > 0:
+            writer.subscribe(stream)
+        return cls(
+            engine=engine,
+            writer=writer,
+            stream=stream,
+            latest=latest,
+            inventory=Inventory(db, latest),
+            incidents=Incidents(db),
+            tokens=Tokens(db),
+            topology=Topologies(db),
+            maintenance=Maintenance(db),
+        )

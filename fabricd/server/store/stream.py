@@ -1,0 +1,142 @@
+"""The sample stream: every stored raw point, in ingest order, for the detection loop (raw DBAPI).
+
+A reader keeps a cursor (a point id; ``save_cursor`` persists it in the ``cursors`` table) and
+reads what was stored after it as ``Delivery`` values: the samples of one node, consecutive in
+ingest order, so a consumer that tracks nodes (per-node watermarks) gets the node once per run
+of samples instead of once per sample.
+
+Following the writer (``committed``, subscribed by ``Storage.open`` when detection runs), the
+stream keeps the points of the last batches in memory (``_Tail``) and answers a reader that keeps
+up from there, exactly as the database would; a reader further behind reads the database. A
+stream read per partition or node set (issue 18) is a filter on the deliveries, plus a
+``series.node`` condition on the database path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from fabricd.model import Reading, Sample, Status
+from fabricd.server.store.identities import Identities, Identity
+from fabricd.server.store.records import STATUSES, Committed, Delivery, PointRow
+from fabricd.server.store.sql import Database
+
+# Points the tail keeps: ~100 bytes each, so ~10 MB; a detection loop reading 20,000 points a step
+# stays served from memory unless it falls five steps behind.
+TAIL_POINTS = 100_000
+
+
+class Stream:
+    def __init__(self, db: Database, identities: Identities, tail_points: int = 0) -> None:
+        self.db, self.identities = db, identities
+        self._tail = _Tail(tail_points) if tail_points > 0 else None
+
+    def committed(self, batches: Sequence[Committed]) -> None:
+        """The writer's post-commit hook: the batches join the tail, in commit order."""
+        if self._tail is not None:
+            self._tail.append(batches)
+
+    def read(self, cursor: int, limit: int = 20_000) -> tuple[list[Delivery], int]:
+        """Raw samples stored after ``cursor`` in ingest order (at most ``limit``), and the cursor
+        to pass next time. Points are plain tuples joined in memory with the series identities."""
+        served = self._tail.since(cursor, limit) if self._tail is not None else None
+        if served is None:
+            return self._read_database(cursor, limit)
+        rows, upto = served
+        return deliveries(rows, self.identities.of({row[0] for row in rows})), upto
+
+    def _read_database(self, cursor: int, limit: int) -> tuple[list[Delivery], int]:
+        with self.db.cursor() as cur:
+            cur.execute(self.db.sql.read_points, (cursor, limit))
+            found = cur.fetchall()
+            idents = self.identities.load(cur, {row[1] for row in found})
+        upto = found[-1][0] if found else cursor
+        return deliveries([row[1:] for row in found], idents), upto
+
+    def head(self) -> int:
+        return self.db.max_point_id()
+
+    def cursor(self, name: str) -> int:
+        with self.db.cursor() as cur:
+            cur.execute(self.db.sql.read_cursor, (name,))
+            found = cur.fetchone()
+        return int(found[0]) if found else 0
+
+    def save_cursor(self, name: str, position: int) -> None:
+        with self.db.write_lock, self.db.cursor(transaction=True) as cur:
+            cur.execute(self.db.sql.upsert_cursor, (name, position))
+
+
+def deliveries(rows: Sequence[Any], idents: dict[int, Identity]) -> list[Delivery]:
+    """The ``(series id, ts, value, rate, status, since)`` rows as samples, one ``Delivery`` per run
+    of consecutive rows of one node."""
+    out: list[Delivery] = []
+    samples: list[Sample] = []
+    node = None
+    statuses = STATUSES
+    for sid, ts, value, rate, status, since in rows:
+        ident = idents.get(sid)
+        if ident is None:  # a point of a series that does not exist (no foreign key): as an inner join
+            continue
+        owner, b = ident
+        if owner != node:
+            node, samples = owner, []
+            out.append(Delivery(owner, samples))
+        r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
+        samples.append(Sample(ts, r, rate, statuses.get(status) or Status(status), since))
+    return out
+
+
+class _Tail:
+    """The raw points of the last batches stored, by point id.
+
+    The detection loop reads every point ingest stores, right after it is stored; reading them
+    back cost as much as storing them (docs/storage.md). Batches are appended after their commit,
+    in commit order, so the tail holds every raw point with an id above ``floor``: ids are taken
+    in commit order under the write lock, so the point before the first batch appended bounds
+    everything stored earlier. Older entries are dropped past ``max_points`` and ``floor`` moves
+    up with them. ``since`` answers only when it can answer exactly what the database would: the
+    same points in id order (a batch's ids are consecutive, so a cursor inside a batch skips its
+    first points).
+    """
+
+    def __init__(self, max_points: int) -> None:
+        self._lock = threading.Lock()
+        self._entries: deque[tuple[int, int, Sequence[PointRow]]] = deque()  # first id, last id, rows
+        self._points = 0
+        self.floor: int | None = None  # None until the first batch: nothing to answer from yet
+        self.max_points = max_points
+
+    def append(self, batches: Sequence[Committed]) -> None:
+        with self._lock:
+            for b in batches:
+                first = b.last_point_id - len(b.rows) + 1
+                if self.floor is None:
+                    self.floor = first - 1
+                self._entries.append((first, b.last_point_id, b.rows))
+                self._points += len(b.rows)
+            while self._points > self.max_points and len(self._entries) > 1:
+                _first, last, old = self._entries.popleft()
+                self._points -= len(old)
+                self.floor = last
+
+    def since(self, cursor: int, limit: int) -> tuple[list[PointRow], int] | None:
+        """(point rows, next cursor), or None to read the database."""
+        with self._lock:
+            if self.floor is None or cursor < self.floor:
+                return None
+            out: list[PointRow] = []
+            upto = cursor
+            for first, last, rows in self._entries:
+                if last <= cursor:
+                    continue
+                skip = max(0, cursor - first + 1)
+                take = rows[skip : skip + limit - len(out)]
+                out.extend(take)
+                upto = first + skip + len(take) - 1
+                if len(out) >= limit:
+                    break
+            return out, upto

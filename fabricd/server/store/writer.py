@@ -1,0 +1,247 @@
+"""Ingest: batches in, committed rows out, one group commit at a time (raw DBAPI).
+
+One transaction per group: the batch id row, node, collector health, new series and every point
+of a batch commit together or not at all, so a retried batch is a no-op and a crash cannot
+half-store. After each commit the writer hands the stored points to its listeners
+(``subscribe``): the latest values and, when detection runs, the sample stream. The writer knows
+nothing of either.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from sqlalchemy.exc import IntegrityError
+
+from fabricd.model import Batch, CollectorHealth, Labels, Reading, Sample
+from fabricd.server.store.protocols import CommitListener
+from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded
+from fabricd.server.store.sql import Database
+
+log = logging.getLogger("fabricd.server.store")
+SeriesKey = tuple[str, str, str, str, str, str]  # node, source, device, port, counter, labels JSON
+IdentityKey = tuple[str, str, str, str, Labels]  # source, device, port, counter, labels: one node's series
+
+
+class GroupCommitWriter:
+    """Stores batches; one writer per process and database (see ``Database.write_lock``)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Job] = []  # batches waiting for the next group commit
+        self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
+        self._listeners: list[CommitListener] = []
+        self._integrity_errors = (IntegrityError, db.engine.dialect.loaded_dbapi.IntegrityError)
+
+    def subscribe(self, listener: CommitListener) -> None:
+        """Call ``listener.committed`` after every commit from now on, in commit order, under the
+        write lock (so it sees batches exactly in ``points.id`` order). It must not raise."""
+        with self.db.write_lock:
+            self._listeners.append(listener)
+
+    def ingest(self, batch: Batch, now: float, max_series_per_node: int) -> IngestResult:
+        """Store one batch; returns once it is committed (durable), or raises what refused it.
+
+        Group commit: batches that arrive while another thread writes queue up, and the next
+        thread to take the write lock writes every queued batch in one transaction (each batch
+        in its own savepoint, so one refused batch does not take the others with it). One commit
+        (one fsync with ``synchronous=FULL``) then serves several agents, and points still get
+        their ids in commit order.
+        """
+        job = _Job(batch, now, max_series_per_node)
+        with self._queue_lock:
+            self._queue.append(job)
+        with self.db.write_lock:
+            if not job.done:  # else an earlier leader wrote it while this thread waited
+                with self._queue_lock:
+                    group, self._queue = self._queue, []
+                self._write_group(group)
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
+
+    def _write_group(self, group: list[_Job]) -> None:
+        grown: dict[str, _NodeSeries] = {}  # series added by this transaction, cached after commit
+        try:
+            with self.db.cursor(transaction=True) as cur:
+                for job in group:
+                    self._write_job(cur, job, grown)
+        except Exception as exc:  # the transaction is gone (commit failed, I/O error): nothing was kept
+            for job in group:
+                if job.error is None:
+                    job.result, job.error = None, exc
+        else:
+            self._series.update(grown)
+            self._announce([Committed(j.batch.node, j.rows, j.last_point_id) for j in group if j.rows])
+        finally:
+            for job in group:
+                if job.result is None and job.error is None:  # interrupted (KeyboardInterrupt in the leader)
+                    job.error = RuntimeError("ingest was interrupted before this batch was stored")
+                job.done = True
+
+    def _announce(self, batches: list[Committed]) -> None:
+        if not batches:
+            return
+        for listener in self._listeners:
+            try:
+                listener.committed(batches)
+            except Exception:  # the batches are stored: their agents must hear so
+                log.exception("a listener of committed batches failed")
+
+    def _write_job(self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]) -> None:
+        """One batch in a savepoint: refused (series limit, a driver error), it leaves no trace."""
+        cur.execute("SAVEPOINT fabricd_batch")
+        try:
+            job.result, node_series, job.rows = self._write_batch(cur, job.batch, job.now, job.limit, grown)
+            if job.rows:
+                cur.execute(self.db.sql.last_point_id)  # the batch's points have the ids up to here
+                job.last_point_id = int(cur.fetchone()[0])
+        except Exception as exc:
+            cur.execute("ROLLBACK TO SAVEPOINT fabricd_batch")  # raises if the transaction is gone
+            job.rows, job.last_point_id = [], 0
+            if isinstance(exc, self._integrity_errors):
+                # Another process stored the same batch id (or series) first: nothing of ours was kept.
+                job.result = IngestResult(job.batch.batch_id, 0, True)
+            else:
+                job.error = exc
+        else:
+            if node_series is not None:
+                grown[job.batch.node] = node_series
+        cur.execute("RELEASE SAVEPOINT fabricd_batch")
+
+    def _write_batch(
+        self, cur: Any, batch: Batch, now: float, limit: int, grown: dict[str, _NodeSeries]
+    ) -> tuple[IngestResult, _NodeSeries | None, list[PointRow]]:
+        """The batch's statements; the node's series if this batch added some, and the point rows."""
+        sql = self.db.sql
+        cur.execute(sql.claim_batch, (batch.node, batch.batch_id, now, len(batch.samples)))
+        if cur.rowcount == 0:  # the unique (node, batch id): a retry of a stored batch
+            return IngestResult(batch.batch_id, 0, True), None, []
+        cur.execute(sql.upsert_node, (batch.node, batch.agent_version, now, now, batch.created_ts, len(batch.samples)))
+        if batch.health:
+            cur.executemany(sql.upsert_health, _health_rows(batch.node, batch.health))
+        known = grown.get(batch.node) or self._known_series(cur, batch.node)
+        sids = _series_ids(batch.samples, known.ids)
+        added = None
+        if None in sids:
+            added = self._add_series(cur, batch, sids, known, limit)
+            sids = _series_ids(batch.samples, added.ids)
+        rows: list[PointRow] = []
+        if batch.samples:
+            rows = _point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
+            sql.insert_points.run(cur, rows)
+        new = added.count - known.count if added is not None else 0
+        return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
+
+    def _known_series(self, cur: Any, node: str) -> _NodeSeries:
+        """The node's series ids, read from the table once per process (ingest is the only writer)."""
+        known = self._series.get(node)
+        if known is None:
+            # Only committed series exist yet in this transaction: safe to cache before commit.
+            known = self._series[node] = self._load_series(cur, node)
+        return known
+
+    def _load_series(self, cur: Any, node: str) -> _NodeSeries:
+        cur.execute(self.db.sql.node_series, (node,))
+        ids = {(src, dev, port, ctr, labels_of_json(labels)): sid for sid, src, dev, port, ctr, labels in cur}
+        return _NodeSeries(ids, len(ids))
+
+    def _add_series(
+        self, cur: Any, batch: Batch, sids: list[int | None], known: _NodeSeries, limit: int
+    ) -> _NodeSeries:
+        """Insert the batch's new series (after checking the limit); the node's ids, reloaded."""
+        fresh: dict[SeriesKey, Reading] = {}
+        for sid, s in zip(sids, batch.samples, strict=True):
+            if sid is None and not _alias(known.ids, s.reading):
+                fresh.setdefault(series_key(batch.node, s.reading), s.reading)
+        if not fresh:
+            return known
+        if known.count + len(fresh) > limit:
+            raise SeriesLimitExceeded(batch.node, limit, known.count, len(fresh))
+        cur.executemany(self.db.sql.insert_series, [(*k, r.metric, r.unit, r.kind.value) for k, r in fresh.items()])
+        grown = self._load_series(cur, batch.node)
+        grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
+        return grown
+
+
+@dataclass(slots=True)
+class _Job:
+    """A batch waiting for a group commit, and its outcome once ``done``."""
+
+    batch: Batch
+    now: float
+    limit: int
+    done: bool = False
+    result: IngestResult | None = None
+    error: BaseException | None = None
+    rows: list[PointRow] = field(default_factory=list)  # the stored points, for the listeners
+    last_point_id: int = 0  # id of the batch's last point (its points' ids are consecutive)
+
+
+@dataclass(slots=True)
+class _NodeSeries:
+    """One node's series ids by identity, and how many series the node has in the table.
+
+    The labels part of the key is the reading's own tuple; a tuple that is not sorted is added as an
+    alias of the sorted one (``_alias``), so ``count`` and not ``len(ids)`` is the series count."""
+
+    ids: dict[IdentityKey, int]
+    count: int
+
+
+@functools.lru_cache(maxsize=65_536)
+def labels_json(labels: tuple[tuple[str, str], ...]) -> str:
+    """Canonical JSON of a label tuple (cached: a fleet has few distinct label sets)."""
+    return json.dumps(dict(labels), sort_keys=True, separators=(",", ":")) if labels else "{}"
+
+
+def labels_of_json(text: str) -> Labels:
+    return tuple(sorted(json.loads(text).items())) if text != "{}" else ()
+
+
+def series_key(node: str, r: Reading) -> SeriesKey:
+    return (node, r.source, r.device, r.port, r.counter, labels_json(r.labels))
+
+
+# ---- the hot loops: module level, so they avoid attribute lookups on self -------------------------
+
+
+def _alias(ids: dict[IdentityKey, int], r: Reading) -> bool:
+    """Map an unsorted (or repeated-key) label tuple to its stored series, if there is one."""
+    canonical = tuple(sorted(dict(r.labels).items()))
+    sid = ids.get((r.source, r.device, r.port, r.counter, canonical))
+    if sid is None:
+        return False
+    ids[(r.source, r.device, r.port, r.counter, r.labels)] = sid
+    return True
+
+
+def _series_ids(samples: Sequence[Sample], ids: dict[IdentityKey, int]) -> list[int | None]:
+    get = ids.get
+    return [get((r.source, r.device, r.port, r.counter, r.labels)) for s in samples for r in [s.reading]]
+
+
+def _point_rows(samples: Sequence[Sample], sids: list[int]) -> list[PointRow]:
+    # ``_value_``: the enum's plain str (``.value`` is a descriptor call, several times slower).
+    return [
+        (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since) for sid, s in zip(sids, samples, strict=True)
+    ]
+
+
+def _health_rows(node: str, health: Sequence[CollectorHealth]) -> list[tuple[Any, ...]]:
+    """One row per collector: its newest report in the batch."""
+    latest: dict[str, CollectorHealth] = {}
+    for h in health:
+        if h.collector not in latest or h.ts >= latest[h.collector].ts:
+            latest[h.collector] = h
+    return [
+        (node, h.collector, h.success, h.duration_seconds, h.ts, h.error[:2000], h.readings) for h in latest.values()
+    ]
