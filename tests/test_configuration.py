@@ -123,6 +123,8 @@ def test_fabricd_config_prints_the_examples_and_the_reference_and_checks_a_file(
         assert (checked.returncode, checked.stdout) == (0, f"{REPO}/deploy/config/{name}.yaml: valid {name} settings\n")
     reference = _fabricd("config", "reference")
     assert (reference.returncode, reference.stdout) == (0, (REPO / "docs" / "configuration.md").read_text())
+    written = _fabricd("config", "example", "server", "-o", str(tmp_path / "server.yaml"))
+    assert written.returncode == 0 and load(ServerSettings, tmp_path / "server.yaml") == ServerSettings()
     bad = tmp_path / "agent.yaml"
     bad.write_text("interval_seconds: -1\n")
     refused = _fabricd("config", "check", "agent", "-c", str(bad))

@@ -38,7 +38,9 @@ def _owner(path: str) -> tuple[str, bool]:
     for candidate in {path, str(Path(path).resolve()), "/usr" + path if not path.startswith("/usr") else path[4:]}:
         proc = subprocess.run([dpkg, "-S", candidate], capture_output=True, text=True)
         if proc.returncode == 0:
-            package = proc.stdout.split(":", 1)[0].split(",")[0].strip()
+            # "diversion by dash from: /bin/sh" lines come first; the owner is "dash: /bin/sh".
+            owners = [line for line in proc.stdout.splitlines() if not line.startswith("diversion ")]
+            package = owners[-1].split(":", 1)[0].split(",")[0].strip()
             fields = subprocess.run(
                 [dpkg, "-W", "-f=${Essential} ${Priority}", package], capture_output=True, text=True
             ).stdout.split()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from fabricd.cli.common import add_config_option
@@ -26,14 +27,31 @@ def register(sub: Any) -> None:
         "settings reference (docs/configuration.md), or check a settings file with the environment.",
     )
     csub = p.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    example = csub.add_parser("example", help="print an example settings file with every key explained")
-    example.add_argument("kind", choices=KINDS)
-    csub.add_parser("reference", help="print the settings reference (Markdown)")
-    check = csub.add_parser(
-        "check", help="validate a settings file and FABRICD_* variables as the command would at start"
+    example = csub.add_parser(
+        "example",
+        help="print an example settings file with every key explained",
+        description="Print a settings file with every key at its default, each with its meaning, "
+        "environment variable and flag (as deploy/config/ in the checkout).",
     )
-    check.add_argument("kind", choices=KINDS)
+    example.add_argument(
+        "kind", choices=KINDS, metavar="KIND", help="agent (fabricd agent, collect) or server (fabricd server)"
+    )
+    reference = csub.add_parser(
+        "reference",
+        help="print the settings reference (Markdown)",
+        description="Print every setting with its type, default, environment variable, flag and "
+        "meaning, as docs/configuration.md.",
+    )
+    check = csub.add_parser(
+        "check",
+        help="validate a settings file and FABRICD_* variables as the command would at start",
+        description="Load a settings file and the FABRICD_* environment as the agent or the server does "
+        "at start; exit 2 with the bad key named, 0 when valid.",
+    )
+    check.add_argument("kind", choices=KINDS, metavar="KIND", help="which settings the file holds: agent or server")
     add_config_option(check)
+    for q in (example, reference):
+        q.add_argument("-o", "--output", type=Path, metavar="FILE", help="write to FILE instead of stdout")
     p.set_defaults(func=run)
 
 
@@ -42,11 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from fabricd.settings import AgentSettings, ServerSettings, SettingsError, load
 
     model = AgentSettings if getattr(args, "kind", "agent") == "agent" else ServerSettings
-    if args.config_command == "example":
-        sys.stdout.write(settingsdoc.example(model))
-        return 0
-    if args.config_command == "reference":
-        sys.stdout.write(settingsdoc.reference())
+    if args.config_command in ("example", "reference"):
+        text = settingsdoc.example(model) if args.config_command == "example" else settingsdoc.reference()
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            args.output.write_text(text)
         return 0
     try:
         load(model, args.config)
