@@ -260,7 +260,9 @@ def fleet_batches(nodes: int, scrapes: int, t0: float = 1_700_000_000.0) -> list
                 for p in range(PORTS_PER_NODE)
                 for c in range(COUNTERS_PER_PORT)
             ]
-            batches.append(Batch(f"node-{n:04d}", "bench", f"b-{n}-{k}", samples, created_ts=ts))
+            batches.append(
+                Batch(f"node-{n:04d}", "bench", f"b-{n}-{k}", samples, created_ts=ts, instance=f"bench-{n}", seq=k + 1)
+            )
     return batches
 
 

@@ -96,7 +96,7 @@ def start_central(folder: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
 
 
 def encode_rate(samples: int, n: int = 20) -> float:
-    batch = Batch(node="bench", agent_version="bench", batch_id="x", samples=scrape(1.0, samples))
+    batch = Batch(node="bench", agent_version="bench", batch_id="x", samples=scrape(1.0, samples), instance="i", seq=1)
     start = time.perf_counter()
     for _ in range(n):
         encode(batch, MSGPACK, compress=True)

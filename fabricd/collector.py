@@ -93,6 +93,19 @@ def resolve(name: str, registry: Mapping[str, str]) -> type:
         raise CollectorConfigError(f"collectors.{name}: cannot load {registry[name]}: {exc}") from exc
 
 
+def check_extra(name: str, cls: type) -> None:
+    """A collector whose pip extra (``extra`` class attribute) is missing fails at start, by name."""
+    from fabricd.extras import missing
+
+    extra = getattr(cls, "extra", None)
+    module = missing(extra) if extra else None
+    if module is not None:
+        raise CollectorConfigError(
+            f"collectors.{name}: needs the '{extra}' extra (Python module {module!r} is not installed): "
+            f"pip install 'fabricd[{extra}]'"
+        )
+
+
 def build(
     name: str,
     raw_options: Mapping[str, Any] | None,
@@ -104,6 +117,7 @@ def build(
 ) -> Collector:
     """Validate ``raw_options`` against the collector's Options model and build it."""
     cls = resolve(name, registry)
+    check_extra(name, cls)
     try:
         options = options_model(cls).model_validate(dict(raw_options or {}))
     except ValidationError as exc:

@@ -14,9 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# The wire schema version of ``Batch``; bumped on any incompatible change (docs/wire-format.md).
-SCHEMA_VERSION = 1
-
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -142,15 +139,27 @@ class CollectorHealth:
 
 @dataclass(slots=True)
 class Batch:
-    """What one agent sends in one request (docs/wire-format.md)."""
+    """What one agent sends in one request (docs/wire-format.md; versions in ``fabricd.wire``).
+
+    ``instance`` is a random id the agent process picks when it starts and ``seq`` numbers its
+    batches 1, 2, 3, ... in creation order, so the central can tell whether batches that arrive
+    out of order (concurrent live sends, the spool drain) left a hole. ``first_ts``/``last_ts``
+    are the earliest and latest event time of ``samples`` (None without samples). A batch decoded
+    from wire version 1 has all four None. ``schema_version`` is the wire version a batch was
+    decoded from (None for one built here: the transport picks the version it encodes).
+    """
 
     node: str
     agent_version: str
     batch_id: str
     samples: list[Sample]
     health: list[CollectorHealth] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int | None = None
     created_ts: float = 0.0
+    instance: str | None = None
+    seq: int | None = None
+    first_ts: float | None = None
+    last_ts: float | None = None
 
 
 class IncidentKind(enum.StrEnum):

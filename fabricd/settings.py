@@ -14,9 +14,10 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -32,37 +33,74 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _doc(default: Any, description: str, **constraints: Any) -> Any:
+    """A field with its meaning: docs/configuration.md and deploy/config/*.yaml are generated from it."""
+    if callable(default):
+        return Field(default_factory=default, description=description, **constraints)
+    return Field(default=default, description=description, **constraints)
+
+
 class SpoolSettings(_Strict):
     """On-disk spool used while the central service is unreachable (docs/transport.md)."""
 
-    dir: Path | None = None  # default: <data_dir>/spool
+    dir: Path | None = _doc(None, "Spool folder (default: <data_dir>/spool); one fsync'ed file per batch.")
     # 256 MiB holds about an hour of a busy node's telemetry at a 1 s interval; past it the
     # oldest batches are dropped (counted and reported), never the agent.
-    max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    max_bytes: int = _doc(
+        256 * 1024 * 1024,
+        "Spool size bound in bytes; past it the oldest batches are dropped and counted "
+        "(256 MiB: about an hour of a busy node at a 1 s interval).",
+        gt=0,
+    )
     # Backlog drain rate, so a long outage does not starve live data or flood the central.
-    drain_batches_per_second: float = Field(default=20.0, gt=0)
+    drain_batches_per_second: float = _doc(
+        20.0, "Rate at which the backlog is re-sent after an outage, so live data and the central keep up.", gt=0
+    )
 
 
 class TransportSettings(_Strict):
-    batch_max_samples: int = Field(default=5000, gt=0)
-    batch_max_seconds: float = Field(default=5.0, gt=0)
-    timeout_seconds: float = Field(default=10.0, gt=0)
-    backoff_initial_seconds: float = Field(default=0.5, gt=0)
-    backoff_max_seconds: float = Field(default=30.0, gt=0)
-    compress: bool = True
-    encoding: Literal["msgpack", "json"] = "msgpack"
-    ca_file: Path | None = None  # custom CA to verify the central service's certificate
-    verify_tls: bool = True
+    """Batching and delivery to the central service (docs/transport.md, docs/wire-format.md)."""
+
+    batch_max_samples: int = _doc(5000, "A batch is sent when it holds this many samples ...", gt=0)
+    batch_max_seconds: float = _doc(5.0, "... or when its first sample has waited this long.", gt=0)
+    timeout_seconds: float = _doc(10.0, "Timeout of one send to the central.", gt=0)
+    backoff_initial_seconds: float = _doc(0.5, "First retry delay after a failed send (full jitter).", gt=0)
+    backoff_max_seconds: float = _doc(30.0, "Longest retry delay; the delay doubles up to it.", gt=0)
+    compress: bool = _doc(True, "gzip each batch (Content-Encoding: gzip).")
+    encoding: Literal["msgpack", "json"] = _doc("msgpack", "Body encoding of a batch.")
+    ca_file: Path | None = _doc(None, "PEM bundle of the CA that signed the central's certificate (https://).")
+    verify_tls: bool = _doc(True, "Verify the central's TLS certificate; false for labs only.")
+    # 2 is this release's; 1 is what the previous release wrote and read.
+    wire_version: int = _doc(
+        2,
+        "Wire format version the agent writes: 2 (this release), or 1 while the central still runs "
+        "the previous release (docs/wire-format.md).",
+    )
+
+    @field_validator("wire_version")
+    @classmethod
+    def _writable(cls, v: int) -> int:
+        from fabricd.wire import ENCODERS
+
+        if v not in ENCODERS:
+            raise ValueError(
+                f"must be one of {', '.join(map(str, sorted(ENCODERS)))} (the wire versions fabricd writes)"
+            )
+        return v
 
 
 class LimitSettings(_Strict):
     """Ingest limits: a rogue agent cannot explode storage or Prometheus cardinality."""
 
-    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
-    max_samples_per_batch: int = Field(default=50_000, gt=0)
-    max_label_value_length: int = Field(default=128, gt=0)
-    max_series_per_node: int = Field(default=20_000, gt=0)
-    max_pending_batches: int = Field(default=256, gt=0)  # load shedding (429) before memory runs out
+    max_body_bytes: int = _doc(16 * 1024 * 1024, "Largest request body (compressed) ingest accepts.", gt=0)
+    max_samples_per_batch: int = _doc(50_000, "Most samples in one batch.", gt=0)
+    max_label_value_length: int = _doc(
+        128, "Longest device, port or label value (it becomes a Prometheus label).", gt=0
+    )
+    max_series_per_node: int = _doc(20_000, "Most series one node may create; past it ingest answers 429.", gt=0)
+    max_pending_batches: int = _doc(
+        256, "Batches being stored at once; past it ingest sheds load with 429 before memory runs out.", gt=0
+    )
 
 
 # The config file's values for the settings being built now (set by ``load`` only).
@@ -88,9 +126,11 @@ class _FileSource(PydanticBaseSettingsSource):
 class _Base(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FABRICD_", env_nested_delimiter="__", extra="forbid")
 
-    log_level: LogLevel = "info"
-    log_format: Literal["logfmt", "json"] = "logfmt"
-    data_dir: Path = Path("data")
+    log_level: LogLevel = _doc("info", "Log level.")
+    log_format: Literal["logfmt", "json"] = _doc("logfmt", "Log line format: logfmt (key=value) or JSON.")
+    data_dir: Path = _doc(
+        Path("data"), "Data folder (agent: the spool; server: the SQLite database), created on start."
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -106,17 +146,26 @@ class _Base(BaseSettings):
 
 
 class AgentSettings(_Base):
-    node: str = Field(default_factory=socket.gethostname)
-    central: str = f"http://{DEFAULT_LISTEN}"
-    token: str = ""
-    sysfs_root: Path = Path("/sys")
-    interval_seconds: float = Field(default=10.0, ge=0)
-    collector_timeout_seconds: float = Field(default=5.0, gt=0)
+    """``fabricd agent`` and ``fabricd collect``."""
+
+    node: str = _doc(
+        socket.gethostname, "This node's name, as the central and the dashboards show it (default: hostname)."
+    )
+    central: str = _doc(f"http://{DEFAULT_LISTEN}", "URL of the central service (http:// or https://).")
+    token: str = _doc("", "Bearer token for ingest (fabricd token create --role agent); better in the environment.")
+    token_file: Path | None = _doc(
+        None, "Read the token from this file instead (a Kubernetes or compose secret, systemd LoadCredential=)."
+    )
+    sysfs_root: Path = _doc(Path("/sys"), "sysfs mount to read (/host/sys in a container).")
+    interval_seconds: float = _doc(10.0, "Scrape interval.", ge=0)
+    collector_timeout_seconds: float = _doc(5.0, "A collector still running after this long is reported failed.", gt=0)
     # Collector name -> its options (validated by the collector's own Options model at start).
-    collectors: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    spool: SpoolSettings = Field(default_factory=SpoolSettings)
-    transport: TransportSettings = Field(default_factory=TransportSettings)
-    metrics_listen: str = ""  # optional local /metrics for shops that scrape nodes directly
+    collectors: dict[str, dict[str, Any]] = _doc(
+        dict, "Collector name -> its options (docs/collectors.md); empty: infiniband alone."
+    )
+    spool: SpoolSettings = _doc(SpoolSettings, "On-disk spool while the central is unreachable.")
+    transport: TransportSettings = _doc(TransportSettings, "Batching and delivery.")
+    metrics_listen: str = _doc("", "HOST:PORT to serve this agent's own /metrics on; empty: none.")
 
     @field_validator("node")
     @classmethod
@@ -125,31 +174,60 @@ class AgentSettings(_Base):
             raise ValueError("must be 1-128 characters without whitespace")
         return v
 
+    @model_validator(mode="after")
+    def _read_token_file(self) -> AgentSettings:
+        if self.token_file is None:
+            return self
+        if self.token:
+            raise ValueError("token_file: set token or token_file, not both")
+        try:
+            self.token = self.token_file.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"token_file: cannot read {self.token_file}: {exc.strerror}") from exc
+        if not self.token:
+            raise ValueError(f"token_file: {self.token_file} is empty")
+        return self
+
+    @field_validator("central")
+    @classmethod
+    def _central_url(cls, v: str) -> str:
+        # Refused at start: a typo would otherwise spool forever against an address that never answers.
+        parts = urlsplit(v)
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+            raise ValueError(f"{v!r} is not an http:// or https:// URL with a host, e.g. http://fabricd-central:9470")
+        return v
+
 
 class ServerSettings(_Base):
-    listen: str = DEFAULT_LISTEN
-    db: str = ""  # any SQLAlchemy URL; default sqlite:///<data_dir>/fabricd.db
-    auth: bool = True  # require bearer tokens on ingest and the API
-    bootstrap_token_file: Path | None = None  # token file written for the demo / first start
-    limits: LimitSettings = Field(default_factory=LimitSettings)
-    raw_retention_seconds: float = Field(default=6 * 3600, gt=0)
-    retention_seconds: float = Field(default=14 * 86400, gt=0)
-    downsample_step_seconds: float = Field(default=60.0, gt=0)
-    rules_dir: Path | None = None  # default: the shipped rules/detection
-    detection: bool = True  # run the detection engine on the stored stream
-    tls_certfile: Path | None = None
-    tls_keyfile: Path | None = None
-    hooks: list[dict[str, Any]] = Field(default_factory=list)
+    """``fabricd server``, ``fabricd token`` and ``fabricd hooks``."""
+
+    listen: str = _doc(DEFAULT_LISTEN, "HOST:PORT to serve on ([::]:9470 for IPv6).")
+    db: str = _doc(
+        "", "SQLAlchemy URL; default sqlite:///<data_dir>/fabricd.db (PostgreSQL: postgresql+psycopg://...)."
+    )
+    auth: bool = _doc(True, "Require bearer tokens on ingest and the API.")
+    bootstrap_token_file: Path | None = _doc(None, "With no admin token yet, create one and write it here (mode 0600).")
+    limits: LimitSettings = _doc(LimitSettings, "Ingest limits.")
+    raw_retention_seconds: float = _doc(6 * 3600, "Raw points are kept this long, then downsampled.", gt=0)
+    retention_seconds: float = _doc(14 * 86400, "Downsampled points are kept this long.", gt=0)
+    downsample_step_seconds: float = _doc(60.0, "Step of downsampled points.", gt=0)
+    rules_dir: Path | None = _doc(None, "Folder of detection rules (default: the shipped rules/detection).")
+    detection: bool = _doc(True, "Run the detection engine on the stored stream.")
+    tls_certfile: Path | None = _doc(None, "Serve HTTPS with this certificate (PEM); with tls_keyfile.")
+    tls_keyfile: Path | None = _doc(None, "Private key of tls_certfile (PEM).")
+    hooks: list[dict[str, Any]] = _doc(list, "Alert hooks: webhook, alertmanager, slack (docs/prometheus.md).")
     # A revoked token keeps working for at most this long (per-process lookup cache).
-    token_cache_seconds: float = Field(default=2.0, ge=0)
-    # /metrics leaves out series not updated for this long; a node silent this long is "stale".
-    metrics_stale_seconds: float = Field(default=300.0, gt=0)
-    node_stale_seconds: float = Field(default=120.0, gt=0)
-    detection_interval_seconds: float = Field(default=1.0, gt=0)
-    maintenance_interval_seconds: float = Field(default=300.0, gt=0)
-    # Latest values live in memory and are written to the series table this often (and at
-    # shutdown); after a crash they are rebuilt from the points stored since (docs/storage.md).
-    latest_flush_seconds: float = Field(default=30.0, gt=0)
+    token_cache_seconds: float = _doc(2.0, "A revoked token keeps working at most this long (lookup cache).", ge=0)
+    metrics_stale_seconds: float = _doc(300.0, "/metrics leaves out series not updated for this long.", gt=0)
+    node_stale_seconds: float = _doc(120.0, "A node silent this long is reported stale.", gt=0)
+    detection_interval_seconds: float = _doc(1.0, "How often detection reads what was stored.", gt=0)
+    maintenance_interval_seconds: float = _doc(300.0, "How often retention and downsampling run.", gt=0)
+    # After a crash latest values are rebuilt from the points stored since (docs/storage.md).
+    latest_flush_seconds: float = _doc(30.0, "Latest values live in memory and are written this often.", gt=0)
 
     @field_validator("listen")
     @classmethod
@@ -177,13 +255,23 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"{path}: cannot read config file: {exc.strerror}") from exc
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
-        raise SettingsError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(_yaml_error(path, exc)) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: the top level must be a mapping of settings")
     return data
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> str:
+    """``FILE:LINE:COLUMN: not valid YAML: <problem>``, the shape editors and compilers use."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = ": ".join(str(p) for p in (getattr(exc, "context", None), getattr(exc, "problem", None)) if p)
+    return f"{where}: not valid YAML: {problem or exc}"
 
 
 S = TypeVar("S", bound=_Base)
@@ -205,7 +293,8 @@ def load(cls: type[S], config: Path | None = None, overrides: Mapping[str, Any] 
 def _describe(exc: ValidationError, config: Path | None) -> str:
     parts = []
     for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "<root>"
-        parts.append(f"{key}: {err['msg']}")
+        key = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{key}: {msg}" if key else msg)  # a whole-model check names its keys itself
     where = f"{config} (or FABRICD_* environment): " if config else ""
     return f"{where}invalid settings: " + "; ".join(parts)

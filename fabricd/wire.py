@@ -1,14 +1,20 @@
-"""The agent -> central wire format (docs/wire-format.md).
+"""The agent -> central wire format and its versions (docs/wire-format.md).
 
 A batch is one object with short keys; samples are arrays in a fixed column order so a batch of
 thousands of samples stays compact in JSON and in msgpack. Both encodings may be gzip-compressed
 (``Content-Encoding: gzip``). ``decode`` validates everything it reads and raises ``WireError``
 with a message that names the bad field: ingest turns it into a 4xx, never a 5xx.
 
-    {"v": 1, "node": "node-001", "agent": "0.1.0", "id": "<batch id>", "ts": 1700000000.0,
+    {"v": 2, "node": "node-001", "agent": "0.1.0", "id": "<batch id>", "ts": 1700000000.0,
+     "instance": "<agent process id>", "seq": 17, "first_ts": 1699999995.0, "last_ts": 1700000000.0,
      "samples": [[ts, source, device, port, counter, name, unit, kind, labels, value, rate,
                   status, since], ...],
      "health": [[collector, success, duration_seconds, ts, error, readings], ...]}
+
+Version 1 is the same without ``instance``, ``seq``, ``first_ts`` and ``last_ts``. One encoder and
+one decoder per version (``ENCODERS``, ``DECODERS``): a server decodes this version and the one
+before it (``SUPPORTED_VERSIONS``), so agents and the central can be upgraded in either order, one
+release apart, without losing a spooled batch.
 """
 
 from __future__ import annotations
@@ -17,12 +23,17 @@ import gzip
 import json
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
 
-from fabricd.model import SCHEMA_VERSION, Batch, CollectorHealth, Kind, Reading, Sample, Status
+from fabricd.model import Batch, CollectorHealth, Kind, Reading, Sample, Status
+
+# The version this fabricd writes (N); it reads N and N-1 (``SUPPORTED_VERSIONS``, the keys of
+# ``DECODERS``). Bump it on any change a server of the previous release could not read, add its
+# encoder and decoder below, and drop the oldest decoder (docs/wire-format.md "Versions").
+SCHEMA_VERSION = 2
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -48,6 +59,7 @@ DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 _KINDS: dict[str, Kind] = {k.value: k for k in Kind}
 _STATUSES: dict[str, Status] = {s.value: s for s in Status}
 _INF = math.inf
+MAX_INSTANCE = 64
 
 
 class WireError(ValueError):
@@ -86,9 +98,9 @@ def _sample_row(s: Sample) -> list[Any]:
     ]
 
 
-def batch_to_obj(batch: Batch) -> dict[str, Any]:
+def _obj_v1(batch: Batch) -> dict[str, Any]:
     return {
-        "v": batch.schema_version,
+        "v": 1,
         "node": batch.node,
         "agent": batch.agent_version,
         "id": batch.batch_id,
@@ -98,8 +110,40 @@ def batch_to_obj(batch: Batch) -> dict[str, Any]:
     }
 
 
-def encode(batch: Batch, content_type: str = MSGPACK, compress: bool = True) -> bytes:
-    obj = batch_to_obj(batch)
+def _obj_v2(batch: Batch) -> dict[str, Any]:
+    if batch.instance is None or batch.seq is None:
+        raise ValueError("a version 2 batch needs instance and seq (made by the Batcher)")
+    first, last = event_time_range(batch.samples)
+    return {
+        **_obj_v1(batch),
+        "v": 2,
+        "instance": batch.instance,
+        "seq": batch.seq,
+        "first_ts": first,
+        "last_ts": last,
+    }
+
+
+ENCODERS: dict[int, Callable[[Batch], dict[str, Any]]] = {1: _obj_v1, 2: _obj_v2}
+
+
+def event_time_range(samples: Sequence[Sample]) -> tuple[float | None, float | None]:
+    """(earliest, latest) event time of ``samples``; (None, None) when there are none."""
+    if not samples:
+        return None, None
+    times = [s.ts for s in samples]
+    return min(times), max(times)
+
+
+def batch_to_obj(batch: Batch, version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    encoder = ENCODERS.get(version)
+    if encoder is None:
+        raise ValueError(f"cannot encode wire version {version}; this fabricd writes {sorted(ENCODERS)}")
+    return encoder(batch)
+
+
+def encode(batch: Batch, content_type: str = MSGPACK, compress: bool = True, version: int = SCHEMA_VERSION) -> bytes:
+    obj = batch_to_obj(batch, version)
     if content_type == JSON:
         raw = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
     else:
@@ -155,10 +199,18 @@ def batch_from_obj(obj: Any) -> Batch:
     if not isinstance(obj, dict):
         raise WireError("batch must be an object", "")
     version = _req(obj, "v", int)
-    if version != SCHEMA_VERSION:
+    decoder = DECODERS.get(version)
+    if decoder is None:
+        speaks = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
         raise UnsupportedVersion(
-            f"schema version {version} is not supported (this server speaks {SCHEMA_VERSION})", "v"
+            f"schema version {version} is not supported (this server speaks {speaks}); "
+            "upgrade the central service before the agents, one release at a time",
+            "v",
         )
+    return decoder(obj)
+
+
+def _batch_v1(obj: dict[str, Any]) -> Batch:
     node = _req(obj, "node", str)
     batch_id = _req(obj, "id", str)
     if not node or not batch_id:
@@ -173,9 +225,32 @@ def batch_from_obj(obj: Any) -> Batch:
         batch_id=batch_id,
         samples=_samples_from_rows(rows),
         health=[_health_from_row(i, row) for i, row in enumerate(health_rows)],
-        schema_version=version,
+        schema_version=obj["v"],
         created_ts=_number(obj.get("ts", 0.0), "ts") or 0.0,
     )
+
+
+def _batch_v2(obj: dict[str, Any]) -> Batch:
+    batch = _batch_v1(obj)
+    batch.instance = _req(obj, "instance", str)
+    if not batch.instance or len(batch.instance) > MAX_INSTANCE:
+        raise WireError(f"'instance' must be 1-{MAX_INSTANCE} characters", "instance")
+    batch.seq = _req(obj, "seq", int)
+    if batch.seq < 1:
+        raise WireError("'seq' must be at least 1", "seq")
+    for key in ("first_ts", "last_ts"):
+        if key not in obj:
+            raise WireError(f"missing field {key!r}", key)
+    batch.first_ts = _number(obj["first_ts"], "first_ts", optional=True)
+    batch.last_ts = _number(obj["last_ts"], "last_ts", optional=True)
+    # The range is what the central's per-node watermarks rest on: it must be the samples' own.
+    if (batch.first_ts, batch.last_ts) != event_time_range(batch.samples):
+        raise WireError("'first_ts'/'last_ts' must be the earliest and latest sample ts", "first_ts")
+    return batch
+
+
+DECODERS: dict[int, Callable[[dict[str, Any]], Batch]] = {1: _batch_v1, 2: _batch_v2}
+SUPPORTED_VERSIONS: tuple[int, ...] = tuple(sorted(DECODERS))
 
 
 def _number(val: Any, where: str, optional: bool = False) -> float | None:

@@ -121,6 +121,9 @@ def test_server_refuses_a_newer_schema(db_url: str, tmp_path: Path) -> None:
     result = fabricd("server", "--db", db_url, "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0")
     assert result.returncode == 1
     assert "newer than this fabricd knows" in result.stderr and "ffff" in result.stderr
+    # ... and says how to proceed (docs/operations.md "Upgrades"), with no traceback.
+    assert "run the fabricd release that wrote it, or, to roll back, restore the backup" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

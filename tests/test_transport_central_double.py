@@ -2,7 +2,9 @@
 
 It follows the ingest contract (decode with ``fabricd.wire``, 200 ``{"batch_id", "accepted",
 "duplicate"}``, a re-sent id acknowledged with ``duplicate: true`` and not stored twice) and can be
-scripted to answer 429/503/5xx/4xx or to stall. It runs as a real uvicorn server on a free local
+scripted to answer 429/503/5xx/4xx or to stall, and told which wire versions it reads (``reads``),
+answering others as the real central does (422 ``unsupported_schema_version``), to stand for an
+older or newer release during a rolling upgrade. It runs as a real uvicorn server on a free local
 port (optionally TLS), in the test's event loop; stopping it makes the port refuse connections.
 The acceptance tests use the real ``fabricd server`` instead (tests/test_agent_acceptance.py).
 """
@@ -10,6 +12,7 @@ The acceptance tests use the real ``fabricd server`` instead (tests/test_agent_a
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 
 from fabricd.model import Batch, Reading, Sample
-from fabricd.wire import MSGPACK, WireError, decode
+from fabricd.wire import MSGPACK, SUPPORTED_VERSIONS, WireError, decode
 from tests.helpers import need_binary
 
 
@@ -48,6 +51,7 @@ class CentralDouble:
         self.requests: list[tuple[float, str, int]] = []  # (loop time, batch id, status answered)
         self.headers: list[dict[str, str]] = []
         self.script: list[Scripted] = []
+        self.reads: tuple[int, ...] = SUPPORTED_VERSIONS  # wire versions this "release" decodes
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -78,6 +82,11 @@ class CentralDouble:
             )
         except WireError as exc:
             return self._answer(batch_id="", status=400, body=f'{{"detail": "{exc}"}}')
+        if batch.schema_version not in self.reads:
+            body = json.dumps(
+                {"error": "unsupported_schema_version", "message": "...", "supported_versions": list(self.reads)}
+            )
+            return self._answer(batch.batch_id, 422, body)
         if self.script:
             step = self.script.pop(0)
             if step.store:
@@ -146,7 +155,7 @@ async def test_double_stores_a_resent_batch_once() -> None:
     central = CentralDouble()
     await central.start()
     try:
-        body = encode(Batch(node="n1", agent_version="t", batch_id="b1", samples=[]))
+        body = encode(Batch(node="n1", agent_version="t", batch_id="b1", samples=[], instance="i", seq=1))
         headers = {"content-type": MSGPACK, "content-encoding": "gzip"}
         async with httpx.AsyncClient() as client:
             first = await client.post(central.url + "/api/v1/ingest", content=body, headers=headers)

@@ -74,7 +74,7 @@ def test_backoff_is_full_jitter_below_an_exponential_ceiling() -> None:
 
 
 def _body(batch_id: str) -> bytes:
-    return encode(Batch(node="n1", agent_version="t", batch_id=batch_id, samples=scrape(1.0)))
+    return encode(Batch(node="n1", agent_version="t", batch_id=batch_id, samples=scrape(1.0), instance="i", seq=1))
 
 
 async def _send(settings: TransportSettings, url: str, batch_id: str = "b1") -> tuple[Outcome, str, bool]:

@@ -81,11 +81,91 @@ def test_invalid_batches_name_the_field(mutate: object, field: str) -> None:
 
 
 def test_unknown_version_and_content_type_and_gzip_bomb() -> None:
-    with pytest.raises(wire.UnsupportedVersion, match="schema version 2"):
-        wire.decode(msgpack.packb({**_obj(), "v": 2}), wire.MSGPACK)
+    with pytest.raises(wire.UnsupportedVersion, match=r"schema version 3 is not supported \(this server speaks 1, 2\)"):
+        wire.decode(msgpack.packb({**_obj(), "v": 3}), wire.MSGPACK)
+    with pytest.raises(wire.UnsupportedVersion, match="schema version 0 "):
+        wire.decode(msgpack.packb({**_obj(), "v": 0}), wire.MSGPACK)
     with pytest.raises(wire.WireError) as err:
         wire.decode(b"{}", "text/csv")
     assert err.value.field == "content-type"
     bomb = gzip.compress(b"[" + b" " * 2_000_000 + b"]")
     with pytest.raises(wire.TooLarge):
         wire.decode(bomb, wire.JSON, gzipped=True, max_decompressed_bytes=1_000_000)
+
+
+def test_this_release_writes_version_2_and_reads_1_and_2() -> None:
+    assert (wire.SCHEMA_VERSION, wire.SUPPORTED_VERSIONS) == (2, (1, 2))
+    assert sorted(wire.ENCODERS) == sorted(wire.DECODERS) == [1, 2]
+
+
+@pytest.mark.parametrize("content_type", [wire.JSON, wire.MSGPACK])
+def test_version_2_carries_instance_seq_and_the_event_time_range(content_type: str) -> None:
+    batch = make_batch("node-1", "b-7", [ib_sample(30.0), ib_sample(10.0, device="mlx5_1"), PFC], seq=7)
+    obj = wire.batch_to_obj(batch)
+    assert {k: obj[k] for k in ("v", "instance", "seq", "first_ts", "last_ts")} == {
+        "v": 2,
+        "instance": "test-instance",
+        "seq": 7,
+        "first_ts": 10.0,
+        "last_ts": 30.0,
+    }
+    back = wire.decode(wire.encode(batch, content_type), content_type, gzipped=True)
+    assert (back.schema_version, back.instance, back.seq, back.first_ts, back.last_ts) == (
+        2,
+        "test-instance",
+        7,
+        10.0,
+        30.0,
+    )
+
+
+def test_version_1_has_none_of_the_new_fields_and_decodes_with_them_none() -> None:
+    batch = make_batch("node-1", "b-1", [ib_sample(10.0), ib_sample(20.0)])
+    obj = wire.batch_to_obj(batch, version=1)
+    assert sorted(obj) == ["agent", "health", "id", "node", "samples", "ts", "v"]
+    back = wire.decode(wire.encode(batch, wire.JSON, False, version=1), wire.JSON)
+    assert (back.schema_version, back.instance, back.seq, back.first_ts, back.last_ts) == (1, None, None, None, None)
+    assert [s.ts for s in back.samples] == [10.0, 20.0]
+
+
+def test_a_version_2_batch_without_samples_has_a_null_range() -> None:
+    back = wire.decode(wire.encode(make_batch("n", "b", []), wire.JSON, False), wire.JSON)
+    assert (back.first_ts, back.last_ts, back.seq) == (None, None, 1)
+
+
+def _obj2(**changes: object) -> bytes:
+    obj = wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0), ib_sample(2.0)]))
+    obj.update(changes)
+    return json.dumps({k: v for k, v in obj.items() if v != "DROP"}).encode()
+
+
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"instance": "DROP"}, "instance"),
+        ({"instance": ""}, "instance"),
+        ({"instance": "x" * 65}, "instance"),
+        ({"seq": "DROP"}, "seq"),
+        ({"seq": 0}, "seq"),
+        ({"seq": 1.5}, "seq"),
+        ({"seq": True}, "seq"),
+        ({"first_ts": "DROP"}, "first_ts"),
+        ({"last_ts": "DROP"}, "last_ts"),
+        ({"first_ts": "1"}, "first_ts"),
+        ({"first_ts": 0.5}, "first_ts"),  # not the samples' earliest
+        ({"last_ts": None}, "first_ts"),
+    ],
+)
+def test_invalid_version_2_fields_are_named(changes: dict[str, object], field: str) -> None:
+    with pytest.raises(wire.WireError) as err:
+        wire.decode(_obj2(**changes), wire.JSON)
+    assert err.value.field == field
+
+
+def test_encoding_version_2_needs_instance_and_seq() -> None:
+    batch = make_batch("n", "b", [])
+    batch.instance = None
+    with pytest.raises(ValueError, match="needs instance and seq"):
+        wire.encode(batch)
+    with pytest.raises(ValueError, match="cannot encode wire version 3"):
+        wire.encode(make_batch("n", "b", []), version=3)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fabricd.cli.common import add_config_option, settings_or_exit
+from fabricd.cli.common import add_config_option, settings_or_exit, sysfs_root_or_exit
 
 
 def register(sub: Any) -> None:
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         print("fabricd: --interval must be >= 0", file=sys.stderr)
         return 2
     settings = settings_or_exit(AgentSettings, args, sysfs_root=args.sysfs_root, node=args.node)
+    sysfs_root_or_exit(settings.sysfs_root)
     return asyncio.run(_collect(settings, args))
 
 

@@ -38,3 +38,10 @@ def settings_or_exit(cls: type[S], args: argparse.Namespace, **overrides: Any) -
         raise SystemExit(2) from exc
     logs.setup(settings.log_level, settings.log_format)
     return settings
+
+
+def sysfs_root_or_exit(root: Path) -> None:
+    """A sysfs root that is not a folder is a typo: refuse at start (exit 2) rather than read nothing."""
+    if not root.is_dir():
+        print(f"fabricd: sysfs_root: {root} is not a directory (--sysfs-root, FABRICD_SYSFS_ROOT)", file=sys.stderr)
+        raise SystemExit(2)

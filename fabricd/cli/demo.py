@@ -50,6 +50,9 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fabricd import logs
+    from fabricd.extras import require
+
+    require("server", "fabricd demo (it runs the central service)")
     from fabricd.sim.demo import DemoOptions
     from fabricd.sim.demo import run as run_demo
 

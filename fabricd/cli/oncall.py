@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from fabricd import units
 from fabricd.settings import DEFAULT_LISTEN
 
 EXIT_OK, EXIT_SERVER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -175,15 +176,6 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> Any:
     return table
 
 
-def _num(value: float | None, unit: str = "", digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits}g}{prefix}{unit}"
-    return f"{value:.{digits}g}{unit}"
-
-
 def cmd_status(client: ApiClient, args: argparse.Namespace) -> Any:
     status = client.call("GET", "/api/v1/status")
     nodes = client.call("GET", "/api/v1/nodes")
@@ -270,8 +262,8 @@ def _print_incident(inc: dict[str, Any]) -> None:
             e["node"],
             e["device"],
             e["port"],
-            _num(e["value"]),
-            _num(e["threshold"]),
+            units.si(e["value"]),
+            units.si(e["threshold"]),
             iso(e["ts"]),
             e.get("note", ""),
         ]
@@ -294,22 +286,18 @@ def cmd_ports(client: ApiClient, args: argparse.Namespace) -> Any:
             r["device"],
             r["port"] or "-",
             r["state"] or "-",
-            _num(r["rx_bytes_per_second"], "B/s"),
-            _num(r["tx_bytes_per_second"], "B/s"),
-            _pct(r["utilization"]),
-            _num(r["errors_per_second"], "/s"),
-            _pct(r["pause_fraction"]),
-            _num(r["xmit_wait_per_second"], "/s"),
+            units.throughput(r["rx_bytes_per_second"]),
+            units.throughput(r["tx_bytes_per_second"]),
+            units.percent(r["utilization"]),
+            units.rate(r["errors_per_second"], "errors"),
+            units.percent(r["pause_fraction"]),
+            units.rate(r["xmit_wait_per_second"], "ticks"),
         ]
         for r in rows
     ]
     cols = ["node", "device", "port", "state", "rx", "tx", "util", "errors", "paused", "xmit wait"]
     _console().print(_table(f"Top {len(rows)} ports by {args.sort}", cols, table))
     return None
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
 
 
 def cmd_ack(client: ApiClient, args: argparse.Namespace) -> Any:

@@ -102,6 +102,9 @@ def _flag(flag: str, value: str | None, parse: Callable[[str], float]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabricd.extras import require
+
+    require("report", "fabricd report")
     from fabricd.progress import progress
     from fabricd.report import STEPS, RestSource, build_report, write_report
 

@@ -38,6 +38,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabricd.extras import require
+
+    require("server", "fabricd server")
     from fabricd.server.main import serve
     from fabricd.settings import ServerSettings
 
@@ -51,4 +54,15 @@ def run(args: argparse.Namespace) -> int:
         tls_certfile=args.tls_certfile,
         tls_keyfile=args.tls_keyfile,
     )
+    if settings.rules_dir is None:
+        settings = settings.model_copy(update={"rules_dir": shipped_rules()})
     return serve(settings)
+
+
+def shipped_rules() -> Path | None:
+    """The detection rules inside the package (``fabricd/rules``, a link to the checkout's ``rules/``
+    that the wheel carries as files): found the same from a checkout and from ``pip install``."""
+    import fabricd
+
+    packaged = Path(fabricd.__file__).resolve().parent / "rules" / "detection"
+    return packaged if packaged.is_dir() else None

@@ -20,8 +20,9 @@ def register(sub: Any) -> None:
         "pingmesh probes per the path model. Ground truth goes to DIR/truth.json; the agent config "
         "for each node to DIR/agents/<node>.yaml. Ctrl-C stops.",
     )
-    p.add_argument("scenario", help="shipped scenario name (see --list) or a YAML file")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder for the simulated hosts")
+    p.add_argument("scenario", nargs="?", help="shipped scenario name (see --list) or a YAML file")
+    p.add_argument("--out", type=Path, metavar="DIR", help="folder for the simulated hosts (required)")
+    p.add_argument("--list", action="store_true", help="list the shipped scenarios with what each does, and exit")
     p.add_argument("--speed", type=float, default=1.0, metavar="N", help="simulated seconds per wall second")
     p.add_argument("--nodes", type=int, metavar="N", help="override the scenario's node count")
     p.set_defaults(func=run_sim)
@@ -47,6 +48,12 @@ def run_sim(args: argparse.Namespace) -> int:
     from fabricd.sim import live
     from fabricd.sim.scenario import ScenarioError, load
 
+    if args.list:
+        sys.stdout.write(scenario_list())
+        return 0
+    if args.scenario is None or args.out is None:
+        print("fabricd sim: give a SCENARIO and --out DIR (fabricd sim --list shows the scenarios)", file=sys.stderr)
+        return 2
     try:
         scenario = load(args.scenario, **({"topology": {"nodes": args.nodes}} if args.nodes else {}))
         with progress("sim warm-up", total=scenario.topology.nodes) as step:
@@ -84,6 +91,15 @@ def _raise_interrupt() -> None:
     raise KeyboardInterrupt
 
 
+def scenario_list() -> str:
+    """One line per shipped scenario: its name and its description, aligned."""
+    from fabricd.sim.scenario import load, shipped
+
+    names = shipped()
+    width = max(map(len, names), default=0)
+    return "".join(f"{name:<{width}}  {' '.join(load(name).description.split())}\n" for name in names)
+
+
 def default_scenarios() -> list[str]:
     from fabricd.sim.scenario import shipped
 
@@ -92,10 +108,10 @@ def default_scenarios() -> list[str]:
 
 def run_eval(args: argparse.Namespace) -> int:
     from fabricd.sim import eval as ev
-    from fabricd.sim.scenario import ScenarioError, shipped
+    from fabricd.sim.scenario import ScenarioError
 
     if args.list:
-        print("\n".join(shipped()))
+        sys.stdout.write(scenario_list())
         return 0
     try:
         report = ev.evaluate_all(args.scenario or default_scenarios(), show_progress=True)

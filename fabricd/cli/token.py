@@ -61,15 +61,22 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fabricd.extras import require
+
+    require("server", "fabricd token")
     from fabricd.server import db
     from fabricd.server.store.records import NotFound
     from fabricd.server.store.storage import Storage
     from fabricd.settings import ServerSettings
 
     settings = settings_or_exit(ServerSettings, args, db=args.db, data_dir=args.data_dir)
-    engine = db.make_engine(settings.database_url())
     try:
-        db.prepare(engine)
+        engine = db.make_engine(settings.database_url())
+    except db.SchemaError as exc:
+        print(f"fabricd: {exc}", file=sys.stderr)
+        return 2
+    try:
+        db.open_existing(engine)  # never creates or migrates: a typo in --db must not make a new one
         return _ACTIONS[args.token_command](Storage.open(engine).tokens, args)
     except db.SchemaError as exc:
         print(f"fabricd: {exc}", file=sys.stderr)

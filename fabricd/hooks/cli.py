@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     except HookConfigError as exc:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 2
+    if not dispatcher.hooks:
+        where = f"in {args.config}" if args.config else "(no settings file: pass -c server.yaml)"
+        print(f"fabricd: no alert hooks configured {where}; add a 'hooks:' list (docs/prometheus.md)", file=sys.stderr)
+        return 0 if args.hooks_command == "list" else 1
     if args.hooks_command == "list":
         for name, hook in dispatcher.hooks.items():
             print(f"{name}\t{hook.cfg.kind}\t{hook.cfg.url}")

@@ -103,6 +103,19 @@ def parse_hooks(raw: Sequence[Mapping[str, Any]]) -> list[HookConfig]:
     return named
 
 
+KINDS = ("webhook", "alertmanager", "slack")
+
+
+def _message(err: Any) -> str:
+    # pydantic's wording for the discriminator ("Unable to extract tag using discriminator 'kind'")
+    # names its internals, not the fix.
+    if err["type"] == "union_tag_not_found":
+        return f"missing; each hook needs kind: {', '.join(KINDS)}"
+    if err["type"] == "union_tag_invalid":
+        return f"{err['input'].get('kind')!r} is not a hook kind; use one of {', '.join(KINDS)}"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
 def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -111,5 +124,5 @@ def _describe(exc: ValidationError) -> str:
         key = f"hooks[{loc[0]}]" + "".join(f".{p}" for p in loc[2:] if isinstance(p, str | int))
         if len(loc) == 1 or err["type"] in {"union_tag_invalid", "union_tag_not_found"}:
             key = f"hooks[{loc[0]}].kind" if err["type"].startswith("union_tag") else key
-        parts.append(f"{key}: {err['msg'].removeprefix('Value error, ')}")
+        parts.append(f"{key}: {_message(err)}")
     return "invalid hook settings: " + "; ".join(parts)

@@ -14,6 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from fabricd import units
 from fabricd.perfmodel import GBIT
 from fabricd.report.data import HotPort, ReportData
 from fabricd.report.plots import Plot, nccl_plot, pingmesh_plot, port_plot
@@ -263,35 +264,20 @@ def _hot_ports(data: ReportData) -> list[str]:
     if not data.hot_ports:
         return [*out, _empty("No port throughput in this window.")]
     rows = [_hot_row(h) for h in data.hot_ports]
-    cols = [
-        "node",
-        "device",
-        "port",
-        "rx (Gb/s)",
-        "tx (Gb/s)",
-        "link (Gb/s)",
-        "utilization",
-        "paused",
-        "xmit wait (ticks/s)",
-    ]
+    cols = ["node", "device", "port", "rx", "tx", "link", "utilization", "paused", "xmit wait"]
     return [*out, _p("Means over the window, ranked by max(rx, tx)."), _table(cols, rows, [3, 4, 5, 6, 7, 8])]
 
 
 def _hot_row(h: HotPort) -> list[str]:
-    def gbps(v: float | None) -> str:
-        return "-" if v is None else f"{v / GBIT:.2f}"
-
-    def pct(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1%}"
-
+    # The same helpers as `fabricd ports` (fabricd/units.py): the two views read alike.
     return [
         h.node,
         h.device,
         h.port or "-",
-        gbps(h.rx_bytes_per_second),
-        gbps(h.tx_bytes_per_second),
-        gbps(h.link_bytes_per_second),
-        pct(h.utilization),
-        pct(h.pause_fraction),
-        _num(h.xmit_wait_per_second),
+        units.throughput(h.rx_bytes_per_second),
+        units.throughput(h.tx_bytes_per_second),
+        units.throughput(h.link_bytes_per_second),
+        units.percent(h.utilization),
+        units.percent(h.pause_fraction),
+        units.rate(h.xmit_wait_per_second, "ticks"),
     ]

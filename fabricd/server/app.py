@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CollectorRegistry
 
 from fabricd import __version__, logs
@@ -69,7 +70,9 @@ def create_app(
         hooks.notify(inc, iid)
 
     listeners = [*incident_listeners, notify_hooks]
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from the package, not from a CDN,
+    # so they work on an air-gapped cluster (assets under /static-offline-docs).
+    app = FastAPIOffline(
         title="fabricd central service",
         version=__version__,
         description="Ingest from fabricd agents; fleet, ports, series, incidents, pingmesh and NCCL for on-call "

@@ -15,6 +15,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -23,7 +24,25 @@ class SchemaError(RuntimeError):
     """The database cannot be used by this fabricd (newer schema, unreachable, bad URL)."""
 
 
+URL_EXAMPLES = "sqlite:////var/lib/fabricd/fabricd.db or postgresql+psycopg://fabricd@db-host/fabricd"
+
+
 def make_engine(url: str) -> Engine:
+    """An engine for ``url``; ``SchemaError`` (never a traceback) for a URL or driver that cannot work."""
+    try:
+        return _make_engine(url)
+    except NoSuchModuleError as exc:  # a subclass of ArgumentError: first
+        raise SchemaError(f"--db {url!r}: unknown database kind; fabricd supports SQLite and PostgreSQL") from exc
+    except ArgumentError as exc:
+        raise SchemaError(f"--db {url!r} is not a database URL; e.g. {URL_EXAMPLES}") from exc
+    except ImportError as exc:  # the dialect is known but its driver is not installed (mysql:// -> MySQLdb)
+        raise SchemaError(
+            f"--db {url!r}: the driver {exc.name or ''!s} is not installed; fabricd supports SQLite and "
+            "PostgreSQL (postgresql+psycopg://, pip install 'fabricd[server]')"
+        ) from exc
+
+
+def _make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, pool_size=8, max_overflow=8)
@@ -79,15 +98,15 @@ def current_revision(engine: Engine) -> str | None:
 def prepare(engine: Engine) -> str:
     """Upgrade to head (idempotent); refuse a newer schema. Returns the revision now in place."""
     script = ScriptDirectory.from_config(alembic_config())
-    ensure_data_dir(engine)
     try:
-        current = current_revision(engine)
-    except Exception as exc:  # driver errors vary: refused connection, bad credentials, missing db
-        raise SchemaError(f"cannot open the database {engine.url!r}: {exc}") from exc
+        ensure_data_dir(engine)
+    except OSError as exc:
+        raise SchemaError(f"cannot create the folder of the database {_shown(engine)}: {exc.strerror}") from exc
+    current = _revision_or_error(engine)
     if current is not None and current not in {s.revision for s in script.walk_revisions()}:
         raise SchemaError(
             f"the database schema is at revision {current}, newer than this fabricd knows "
-            f"(head {script.get_current_head()}): upgrade fabricd, or point --db at another database"
+            f'(head {script.get_current_head()}): run the fabricd release that wrote it, or, to roll back, restore the backup taken before the upgrade (docs/operations.md "Upgrades")'
         )
     head = script.get_current_head()
     if head is not None and current == head:
@@ -97,6 +116,45 @@ def prepare(engine: Engine) -> str:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return head_revision()
+
+
+def _shown(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _revision_or_error(engine: Engine) -> str | None:
+    try:
+        return current_revision(engine)
+    except Exception as exc:  # driver errors vary: refused connection, bad credentials, missing db
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise SchemaError(f"cannot open the database {_shown(engine)}: {reason}") from exc
+
+
+def open_existing(engine: Engine) -> str:
+    """For tools beside the service (``fabricd token``): the database must exist at this fabricd's schema.
+
+    They never create or migrate one: a typo in ``--db`` would otherwise make a fresh, empty
+    database and print a token nobody's server knows. Migrations run when ``fabricd server`` starts.
+    """
+    url = engine.url
+    is_file = url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+    if is_file and not Path(str(url.database)).is_file():
+        raise SchemaError(
+            f"no fabricd database at {_shown(engine)} (no such file); check --db/--data-dir, "
+            "or start `fabricd server` once with them to create it"
+        )
+    current = _revision_or_error(engine)
+    head = head_revision()
+    if current is None:
+        raise SchemaError(
+            f"{_shown(engine)} holds no fabricd schema; check --db, or start `fabricd server` once with it to create it"
+        )
+    if current != head:
+        raise SchemaError(
+            f"the database schema is at revision {current}, this fabricd expects {head}: start this fabricd's "
+            "`fabricd server` once (it migrates on start), or use the fabricd release that matches the database"
+        )
+    return current
 
 
 def is_ready(engine: Engine) -> tuple[bool, str]:

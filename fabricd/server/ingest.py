@@ -80,7 +80,14 @@ def decode(body: Body, limits: LimitSettings) -> Batch:
             body.data, body.content_type, body.gzipped, max_decompressed_bytes=limits.max_body_bytes * 8
         )
     except wire.UnsupportedVersion as exc:
-        raise ApiError(422, "unsupported_schema_version", str(exc), field=exc.field) from exc
+        # The agent recognizes the code (not the status) and keeps the batch for a later retry.
+        raise ApiError(
+            422,
+            "unsupported_schema_version",
+            str(exc),
+            field=exc.field,
+            supported_versions=list(wire.SUPPORTED_VERSIONS),
+        ) from exc
     except wire.TooLarge as exc:
         raise ApiError(413, "body_too_large", str(exc), field=exc.field) from exc
     except wire.WireError as exc:

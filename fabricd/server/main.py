@@ -23,7 +23,11 @@ def serve(settings: ServerSettings) -> int:
     if settings.detection and (problem := _rules_problem(settings)):
         print(f"fabricd: {problem}", file=sys.stderr)
         return 2
-    engine = db.make_engine(settings.database_url())
+    try:
+        engine = db.make_engine(settings.database_url())
+    except db.SchemaError as exc:
+        print(f"fabricd: {exc}", file=sys.stderr)
+        return 2
     try:
         db.prepare(engine)  # fail here with a clear message, before uvicorn starts
     except db.SchemaError as exc:

@@ -6,13 +6,16 @@ Two modes, both running the real ``fabricd server`` and ``fabricd agent`` proces
   minute or two in, one agent per simulated node;
 * ``--fixture``: one agent reading the real sysfs tree captured in ``deploy/demo/sys``.
 
-Ctrl-C (or ``--duration``) stops everything cleanly.
+Ctrl-C (or ``--duration``) stops everything cleanly; a SIGKILLed demo takes its children with it
+(``fabricd.sim.tether``), and a demo whose address is taken says so before it starts anything.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,7 +58,7 @@ class Demo:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "fabricd", *args],
+                [sys.executable, "-m", "fabricd.sim.tether", str(os.getpid()), *args],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -75,6 +78,15 @@ class Demo:
             ],
         )
         wait_healthy(self.url, timeout_seconds=30.0, procs=self.procs)
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        """The end of a child's log: the cause is shown where the user looks, not only in the file."""
+        path = self.options.data_dir / "logs" / f"{name}.log"
+        try:
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "\n".join(f"  {line}" for line in text)
 
     def start_agent(self, node: str, sysfs_root: Path, config: dict[str, Any] | None = None) -> None:
         args = [
@@ -153,19 +165,34 @@ def _start_simulated_cluster(demo: Demo) -> list[str]:
     return list(demo.sim.nodes)
 
 
+def _faults(demo: Demo) -> str:
+    """What will go wrong, where and when (in wall-clock time from now, at the demo's speed)."""
+    if demo.sim is None:
+        return "  no fault is injected: the captured tree is static\n"
+    speed = demo.options.speed
+    lines = [
+        f"  fault        {f.kind} at {f.at}, from {_clock(f.start / speed)} to {_clock(f.end / speed)} "
+        f"from now (severity {f.severity:g})"
+        for f in demo.sim.scenario.faults
+    ]
+    return "\n".join(lines or ["  no fault is injected (a clean scenario)"]) + "\n"
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
 def _banner(demo: Demo, nodes: list[str]) -> str:
     url = demo.url
     what = (
         "the captured sysfs tree in deploy/demo/sys"
         if demo.options.fixture
-        else (
-            f"a simulated cluster of {len(nodes)} nodes (scenario '{demo.options.scenario}'; "
-            "a fault is injected about a minute in)"
-        )
+        else f"a simulated cluster of {len(nodes)} nodes (scenario '{demo.options.scenario}')"
     )
     return f"""
 fabricd demo is running: central service + {len(nodes)} agent(s) reading {what}.
-
+{_faults(demo)}
   metrics      curl {url}/metrics | grep ^fabricd_
   health       curl {url}/healthz
   API docs     {url}/docs
@@ -178,7 +205,29 @@ Press Ctrl-C to stop.
 """
 
 
+def address_in_use(listen: str) -> str | None:
+    """Why ``listen`` cannot be served (taken, or not an address here), or None when it is free."""
+    from fabricd.settings import parse_listen
+
+    try:
+        host, port = parse_listen(listen)
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind((host, port))
+    except ValueError as exc:
+        return f"--listen {listen!r}: {exc}"
+    except OSError as exc:
+        return (
+            f"{listen} is already in use (another fabricd demo or server?): stop it, or pick another "
+            f"address with --listen ({exc.strerror})"
+        )
+    return None
+
+
 def run(options: DemoOptions) -> int:
+    if (problem := address_in_use(options.listen)) is not None:
+        print(f"fabricd demo: {problem}", file=sys.stderr)
+        return 1
     if options.data_dir.exists():
         shutil.rmtree(options.data_dir)  # a demo always starts from a clean slate
     options.data_dir.mkdir(parents=True)
@@ -202,7 +251,8 @@ def run(options: DemoOptions) -> int:
                 return 1
             time.sleep(0.5)
     except RuntimeError as exc:
-        print(f"fabricd demo: {exc}", file=sys.stderr)
+        tail = demo.log_tail("server")
+        print(f"fabricd demo: {exc}" + (f"\nthe server's log ends with:\n{tail}" if tail else ""), file=sys.stderr)
         return 1
     finally:
         demo.stop()

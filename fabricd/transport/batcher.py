@@ -3,6 +3,8 @@
 Pure: the caller passes the monotonic time in, so tests drive it without sleeping. A batch is
 closed as soon as it holds ``max_samples`` samples, or when its first sample has waited
 ``max_seconds`` (the caller polls ``due``), so telemetry is never held longer than that bound.
+Each batch carries the agent process's ``instance`` id and its ``seq`` (1, 2, 3, ... in creation
+order) so the central can tell a hole from a batch that is merely late (docs/wire-format.md).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from fabricd.model import Batch, CollectorHealth, Sample
+from fabricd.wire import event_time_range
 
 
 def new_batch_id() -> str:
@@ -27,6 +30,7 @@ class Batcher:
         max_seconds: float,
         wall_clock: Callable[[], float],
         id_factory: Callable[[], str] = new_batch_id,
+        instance: str | None = None,
     ) -> None:
         self.node = node
         self.agent_version = agent_version
@@ -34,6 +38,8 @@ class Batcher:
         self.max_seconds = max_seconds
         self._wall_clock = wall_clock
         self._new_id = id_factory
+        self.instance = instance or new_batch_id()  # this agent process, for the batches' seq
+        self.seq = 0  # the last batch's
         self._samples: list[Sample] = []
         self._health: list[CollectorHealth] = []
         self._opened_at: float | None = None
@@ -72,6 +78,8 @@ class Batcher:
         return self._close()
 
     def _close(self) -> Batch:
+        self.seq += 1
+        first_ts, last_ts = event_time_range(self._samples)
         batch = Batch(
             node=self.node,
             agent_version=self.agent_version,
@@ -79,6 +87,10 @@ class Batcher:
             samples=self._samples,
             health=self._health,
             created_ts=self._wall_clock(),
+            instance=self.instance,
+            seq=self.seq,
+            first_ts=first_ts,
+            last_ts=last_ts,
         )
         self._samples, self._health, self._opened_at = [], [], None
         return batch

@@ -7,6 +7,8 @@ real local server and stays independent of the HTTP library.
     200/201/202                  -> SENT (``duplicate: true`` also: the central already has it)
     429, 503 (+ Retry-After)     -> RETRY after the server's delay (load shedding)
     408, other 5xx, conn errors  -> RETRY with backoff (the central is down or restarting)
+    4xx unsupported_schema_version -> RETRY with backoff: the central reads other wire versions
+                                    (a rolling upgrade); the batch waits in the spool, never dropped
     other 4xx (400/401/413/...)  -> PERMANENT: retrying the same bytes cannot succeed
 """
 
@@ -20,13 +22,15 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
 from fabricd.settings import TransportSettings
 
 INGEST_PATH = "/api/v1/ingest"
+# The error code a central answers for a wire version it does not read (fabricd/server/ingest.py).
+UNSUPPORTED_VERSION = "unsupported_schema_version"
 # A misconfigured server must not park the agent for hours: Retry-After is honoured up to this.
 MAX_RETRY_AFTER_SECONDS = 300.0
 
@@ -102,6 +106,9 @@ class SendResult:
     retry_after: float | None = None  # seconds, from the server's Retry-After
     duplicate: bool = False
     status: int = 0
+    # The central does not read this batch's wire version; these are the versions it reads.
+    unsupported_version: bool = False
+    supported_versions: tuple[int, ...] = ()
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -129,7 +136,19 @@ def classify(result: PostResult, now: float) -> SendResult:
         return SendResult(Outcome.RETRY, reason, retry_after=after, status=status)
     if status == 408 or status >= 500:
         return SendResult(Outcome.RETRY, reason, status=status)
+    body = _json_object(result.text)
+    if body.get("error") == UNSUPPORTED_VERSION:
+        versions = tuple(v for v in body.get("supported_versions", ()) if isinstance(v, int))
+        return SendResult(Outcome.RETRY, reason, status=status, unsupported_version=True, supported_versions=versions)
     return SendResult(Outcome.PERMANENT, reason, status=status)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -25,6 +25,7 @@ import struct
 import threading
 import time
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,9 +199,11 @@ class Spool:
         finally:
             os.close(fd)
 
-    def oldest(self) -> Entry | None:
+    def oldest(self, skip: Collection[int] = ()) -> Entry | None:
+        """The oldest batch, leaving out the keys in ``skip`` (batches parked for later)."""
         with self._lock:
-            return self._entries[min(self._entries)] if self._entries else None
+            keys = [k for k in self._entries if k not in skip] if skip else self._entries
+            return self._entries[min(keys)] if keys else None
 
     def entries(self) -> list[Entry]:
         with self._lock:

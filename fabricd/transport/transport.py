@@ -9,7 +9,8 @@ Live batches and the backlog flow on separate tasks, so neither starves the othe
 sent as soon as the central answers, and the backlog follows at ``spool.drain_batches_per_second``.
 A spooled batch is deleted only after the central acknowledged it (200); a re-send after a lost
 acknowledgement carries the same batch id, which the central answers with ``duplicate: true``
-without storing it twice. Design notes: docs/transport.md.
+without storing it twice. Wire-version mismatches (rolling upgrades): ``versions.py``. Design
+notes: docs/transport.md.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from fabricd.transport.spool import (
     SpoolWriteError,
     pack,
 )
+from fabricd.transport.versions import Parked, ours_is_read, outage_message, park
 from fabricd.wire import JSON, MSGPACK, encode
 
 log = logging.getLogger("fabricd.transport")
@@ -82,6 +84,8 @@ class Transport:
         self.batcher = Batcher(
             settings.node, agent_version, cfg.batch_max_samples, cfg.batch_max_seconds, self._clock.time
         )
+        self.wire_version = cfg.wire_version
+        self._parked = Parked()  # old-version spooled batches the central no longer reads
         self.link = Link(Backoff(cfg.backoff_initial_seconds, cfg.backoff_max_seconds, rng))
         self.content_type = JSON if cfg.encoding == "json" else MSGPACK
         self._flags = (FLAG_GZIP if cfg.compress else 0) | (FLAG_JSON if cfg.encoding == "json" else 0)
@@ -121,6 +125,8 @@ class Transport:
             logging.INFO,
             "transport started",
             central=self._sender.url,
+            wire_version=self.wire_version,
+            instance=self.batcher.instance,
             spooled_batches=len(self.spool),
             spool_bytes=self.spool.size_bytes,
         )
@@ -191,7 +197,7 @@ class Transport:
 
     async def _encode(self, key: int, batch: Batch) -> Encoded:
         cfg = self.settings.transport
-        body = await asyncio.to_thread(encode, batch, self.content_type, cfg.compress)
+        body = await asyncio.to_thread(encode, batch, self.content_type, cfg.compress, self.wire_version)
         return Encoded(key, batch.batch_id, body, len(batch.samples))
 
     # -- live path -------------------------------------------------------------------------------
@@ -235,9 +241,10 @@ class Transport:
         interval = 1.0 / self.settings.spool.drain_batches_per_second
         while True:
             try:
-                entry = await asyncio.to_thread(self.spool.oldest)
+                now = asyncio.get_running_loop().time()
+                entry = await asyncio.to_thread(self.spool.oldest, self._parked.keys(now))
                 if entry is None:
-                    await self._wait_wake(None)
+                    await self._wait_wake(self._parked.wait_seconds(now))
                     continue
                 if not await self._drain_one(entry):
                     continue
@@ -267,8 +274,11 @@ class Transport:
         self.metrics.retried.inc()
         result = await self._attempt(spooled.batch_id, spooled.body)
         if result.outcome is Outcome.SENT:
+            self._parked.discard(entry.seq)
             await asyncio.to_thread(self.spool.remove, entry)
             self._acknowledged(spooled.batch_id, result)
+        elif ours_is_read(result, self.wire_version):
+            park(self._parked, self.link, grant, entry.seq, asyncio.get_running_loop().time(), result)
         elif result.outcome is Outcome.RETRY:
             self._link_failed(grant, result)
         else:
@@ -314,7 +324,7 @@ class Transport:
             logs.event(
                 log,
                 logging.WARNING,
-                "central unreachable; spooling batches",
+                outage_message(result, self.wire_version),
                 reason=result.reason,
                 retry_in_seconds=round(self.link.retry_at - now, 3),
             )

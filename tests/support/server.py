@@ -42,10 +42,19 @@ def ib_sample(
     return Sample(ts=ts, reading=r, rate=rate, status=Status.OK if rate is not None else Status.FIRST)
 
 
-def make_batch(node: str, batch_id: str, samples: list[Sample], ts: float | None = None) -> Batch:
+def make_batch(node: str, batch_id: str, samples: list[Sample], ts: float | None = None, seq: int = 1) -> Batch:
     now = ts if ts is not None else time.time()
     health = [CollectorHealth("infiniband", True, 0.004, now, "", len(samples))]
-    return Batch(node=node, agent_version="0.1.0", batch_id=batch_id, samples=samples, health=health, created_ts=now)
+    return Batch(
+        node=node,
+        agent_version="0.1.0",
+        batch_id=batch_id,
+        samples=samples,
+        health=health,
+        created_ts=now,
+        instance="test-instance",
+        seq=seq,
+    )
 
 
 def encoded(batch: Batch, content_type: str = wire.MSGPACK, gzip: bool = True) -> tuple[bytes, dict[str, str]]:

@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 
-from fabricd.model import SCHEMA_VERSION, Kind, Status
+from fabricd.model import Kind, Status
 from fabricd.server.api_models import ErrorOut, IngestOut
 from fabricd.server.deps import Caller, Svc
 from fabricd.server.ingest import MAX_BATCH_ID, MAX_NAME, MAX_NODE, MAX_SOURCE, MAX_UNIT
+from fabricd.wire import MAX_INSTANCE, SUPPORTED_VERSIONS
 
 router = APIRouter(tags=["ingest"])
 _TEXT = {"type": "string", "pattern": "^[^\\x00]*$"}
@@ -55,7 +56,11 @@ BATCH_SCHEMA = {
     "type": "object",
     "required": ["v", "node", "id", "samples"],
     "properties": {
-        "v": {"type": "integer", "enum": [SCHEMA_VERSION], "description": "wire schema version"},
+        "v": {"type": "integer", "enum": list(SUPPORTED_VERSIONS), "description": "wire schema version"},
+        "instance": {**_text(MAX_INSTANCE, 1), "description": "v2: the agent process's random id"},
+        "seq": {"type": "integer", "minimum": 1, "description": "v2: batch number of this instance, from 1"},
+        "first_ts": {**_OPT_NUM, "description": "v2: earliest sample ts (null without samples)"},
+        "last_ts": {**_OPT_NUM, "description": "v2: latest sample ts (null without samples)"},
         "node": _text(MAX_NODE, 1),
         "agent": _text(64),
         "id": _text(MAX_BATCH_ID, 1),
@@ -63,6 +68,13 @@ BATCH_SCHEMA = {
         "samples": {"type": "array", "items": SAMPLE_ROW, "maxItems": 1000},
         "health": {"type": "array", "items": HEALTH_ROW, "maxItems": 100},
     },
+    # Version 2 requires its four fields; first_ts/last_ts must also be the samples' own range.
+    "allOf": [
+        {
+            "if": {"properties": {"v": {"const": 2}}},
+            "then": {"required": ["instance", "seq", "first_ts", "last_ts"]},
+        }
+    ],
 }
 _ERRORS = {
     400: {"model": ErrorOut, "description": "the body is not valid JSON/msgpack/gzip"},
@@ -70,7 +82,11 @@ _ERRORS = {
     403: {"model": ErrorOut, "description": "the token may not ingest, or is bound to another node"},
     413: {"model": ErrorOut, "description": "body or samples-per-batch limit exceeded"},
     415: {"model": ErrorOut, "description": "unsupported Content-Type or Content-Encoding"},
-    422: {"model": ErrorOut, "description": "unknown schema version or an invalid field (named)"},
+    422: {
+        "model": ErrorOut,
+        "description": "an invalid field (named); `unsupported_schema_version` with `supported_versions` "
+        "for a wire version this server does not read (the agent keeps the batch and retries later)",
+    },
     429: {"model": ErrorOut, "description": "series-per-node limit or load shedding; honour Retry-After"},
 }
 
