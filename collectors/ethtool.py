@@ -6,7 +6,7 @@ out from routine collectors); ``FileSource`` reads captured ``ethtool -S`` text,
 simulator feed. Parsing of that text is pure (``parse_ethtool_s``, ``parse_ethtool_i``, ``parse_ethtool_settings``).
 
 Cardinality is bounded on purpose (ethtool made 57% of one host's series in a peer exporter): only
-statistics with a neutral name (``fabricd.ethtool_names``) are emitted unless ``include_unmapped`` is
+statistics with a neutral name (``fabricd.drivers.ethtool``) are emitted unless ``include_unmapped`` is
 on, and per-queue statistics only with ``include_queues``.
 """
 
@@ -24,8 +24,8 @@ from typing import ClassVar, Protocol
 from pydantic import field_validator
 
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
+from fabricd.drivers.ethtool import is_queue_stat, neutral
 from fabricd.ethtool_ioctl import DriverInfo, InterfaceStats, IoctlSource, LinkSettings, Select
-from fabricd.ethtool_names import is_queue_stat, neutral
 from fabricd.model import Kind, Labels, Reading, labels_of
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,6 @@ changes (names or inodes: a driver reload re-creates the device folders), when a
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -25,197 +24,20 @@ from typing import ClassVar, TypeVar
 from pydantic import Field
 
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
+from fabricd.drivers import ib
+from fabricd.drivers.ib import Counter
+from fabricd.drivers.ib.sysfs import counter_spec, effective_width, parse_rate, parse_state, parse_value, text_of
 from fabricd.model import Kind, Labels, Reading, labels_of
 from fabricd.worker import Worker, WorkerThread
 
 log = logging.getLogger("fabricd.collectors.infiniband")
 
 SOURCE = "infiniband"
-# port_xmit_data / port_rcv_data count 4-octet words ("divided by 4": kernel ABI sysfs-class-infiniband).
-WORD_BYTES = 4
-GBIT_BYTES_PER_SECOND = 125_000_000  # 1 Gb/s = 125,000,000 bytes/s (procfs class_infiniband.go does the same)
 MAX_LABEL_CHARS = 128  # strings from the device become label values: bound them
 _READ_SIZE = 64  # enough for "18446744073709551615\n" and "N/A (no PMA)\n"
 _ATTR_SIZE = 4096
 T = TypeVar("T")
-
-
-# --- counter semantics per sysfs file -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CounterSpec:
-    """How one sysfs counter file maps to a Reading (width applies to the raw value)."""
-
-    unit: str
-    width: int = 64
-    saturates: bool = False
-    scale: int = 1
-    name: str = ""
-
-
-def _pma(unit: str, width: int, name: str) -> CounterSpec:
-    # IBA vol. 1 rel. 1.3, 16.1.3.5 PortCounters: the narrow counters stop at all ones ("shall not
-    # wrap"); the kernel reports them as read (drivers/infiniband/core/sysfs.c, pma_table).
-    return CounterSpec(unit, width, True, 1, name)
-
-
-# counters/ on kernels >= 4.5: base PortCounters (narrow, saturating) plus data/packet counters from
-# PortCountersExtended (64 bit) when the HCA supports them (sysfs.c get_counter_table, pma_table_ext).
-PORT_COUNTERS: dict[str, CounterSpec] = {
-    "symbol_error": _pma("", 16, "symbol_errors"),
-    "link_error_recovery": _pma("", 8, "link_error_recovery"),
-    "link_downed": _pma("", 8, "link_downed"),
-    "port_rcv_errors": _pma("", 16, "port_receive_errors"),
-    "port_rcv_remote_physical_errors": _pma("", 16, "port_receive_remote_physical_errors"),
-    "port_rcv_switch_relay_errors": _pma("", 16, "port_receive_switch_relay_errors"),
-    "port_xmit_discards": _pma("", 16, "port_transmit_discards"),
-    "port_xmit_constraint_errors": _pma("", 8, "port_transmit_constraint_errors"),
-    "port_rcv_constraint_errors": _pma("", 8, "port_receive_constraint_errors"),
-    "local_link_integrity_errors": _pma("", 4, "local_link_integrity_errors"),
-    "excessive_buffer_overrun_errors": _pma("", 4, "excessive_buffer_overrun_errors"),
-    "VL15_dropped": _pma("", 16, "vl15_dropped"),
-    # Ticks with data to send but nothing sent (no credits / lost arbitration): 32 bit, saturating.
-    "port_xmit_wait": _pma("ticks", 32, "port_transmit_wait"),
-    "port_xmit_data": CounterSpec("bytes", 64, False, WORD_BYTES, "port_transmit_data"),
-    "port_rcv_data": CounterSpec("bytes", 64, False, WORD_BYTES, "port_receive_data"),
-    "port_xmit_packets": CounterSpec("packets", 64, False, 1, "port_transmit_packets"),
-    "port_rcv_packets": CounterSpec("packets", 64, False, 1, "port_receive_packets"),
-    "unicast_xmit_packets": CounterSpec("packets", 64, False, 1, "unicast_transmit_packets"),
-    "unicast_rcv_packets": CounterSpec("packets", 64, False, 1, "unicast_receive_packets"),
-    "multicast_xmit_packets": CounterSpec("packets", 64, False, 1, "multicast_transmit_packets"),
-    "multicast_rcv_packets": CounterSpec("packets", 64, False, 1, "multicast_receive_packets"),
-    "port_rcv_discards": CounterSpec("", 64, False, 1, "port_receive_discards"),
-}
-# Before kernel 4.5 counters/ always held the 32-bit PortCounters data/packet fields (saturating)
-# and the 64-bit ones lived in counters_ext/ (procfs class_infiniband.go; kernel commit 145d9c5).
-_LEGACY_DATA = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
-COUNTERS_EXT: dict[str, CounterSpec] = {
-    "port_xmit_data_64": CounterSpec("bytes", 64, False, WORD_BYTES, "legacy_port_transmit_data"),
-    "port_rcv_data_64": CounterSpec("bytes", 64, False, WORD_BYTES, "legacy_port_receive_data"),
-    "port_xmit_packets_64": CounterSpec("packets", 64, False, 1, "legacy_port_transmit_packets"),
-    "port_rcv_packets_64": CounterSpec("packets", 64, False, 1, "legacy_port_receive_packets"),
-    "port_unicast_xmit_packets": CounterSpec("packets", 64, False, 1, "legacy_unicast_transmit_packets"),
-    "port_unicast_rcv_packets": CounterSpec("packets", 64, False, 1, "legacy_unicast_receive_packets"),
-    "port_multicast_xmit_packets": CounterSpec("packets", 64, False, 1, "legacy_multicast_transmit_packets"),
-    "port_multicast_rcv_packets": CounterSpec("packets", 64, False, 1, "legacy_multicast_receive_packets"),
-}
-# mlx5 hw_counters read from the firmware's Q counters are 32-bit fields of query_q_counter_out and
-# wrap (drivers/infiniband/hw/mlx5/counters.c: basic/out_of_seq/retrans/extended_err/roce_accl
-# q counters, be32); the congestion (np_*, rp_*) and PPCNT counters are 64 bit (DOMAIN.md).
-MLX5_Q_COUNTERS_32 = frozenset(
-    {
-        "rx_write_requests",
-        "rx_read_requests",
-        "rx_atomic_requests",
-        "rx_dct_connect",
-        "out_of_buffer",
-        "out_of_sequence",
-        "duplicate_request",
-        "rnr_nak_retry_err",
-        "packet_seq_err",
-        "implied_nak_seq_err",
-        "local_ack_timeout_err",
-        "resp_local_length_error",
-        "resp_cqe_error",
-        "req_cqe_error",
-        "req_remote_invalid_request",
-        "req_remote_access_errors",
-        "resp_remote_access_errors",
-        "resp_cqe_flush_error",
-        "req_cqe_flush_error",
-        "roce_adp_retrans",
-        "roce_adp_retrans_to",
-        "roce_slow_restart",
-        "roce_slow_restart_cnps",
-        "roce_slow_restart_trans",
-        "req_transport_retries_exceeded",
-        "req_rnr_retries_exceeded",
-    }
-)
-_CNP_COUNTERS = frozenset({"np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"})
-# Not counters: the hw_counters cache time in ms (DOMAIN.md).
-_NOT_COUNTERS = frozenset({"lifespan"})
-
-
-def hw_counter_spec(counter: str, *, mlx5: bool) -> CounterSpec:
-    """Spec of a ``hw_counters/`` file; unknown drivers' counters are taken as 64-bit."""
-    width = 32 if mlx5 and counter in MLX5_Q_COUNTERS_32 else 64
-    return CounterSpec(_hw_unit(counter), width, False, 1, safe_name(counter))
-
-
-def _hw_unit(counter: str) -> str:
-    if counter.endswith("_bytes"):
-        return "bytes"
-    if counter.endswith(("_packets", "_pkts")) or counter in _CNP_COUNTERS:
-        return "packets"
-    return ""
-
-
-@functools.lru_cache(maxsize=4096)  # pure; asked again for every file at every re-discovery
-def counter_spec(folder: str, counter: str, *, legacy: bool, mlx5: bool) -> CounterSpec | None:
-    """Spec for ``<folder>/<counter>``; ``None`` for files that are not counters."""
-    if counter in _NOT_COUNTERS:
-        return None
-    if folder == "hw_counters":
-        return hw_counter_spec(counter, mlx5=mlx5)
-    table = COUNTERS_EXT if folder == "counters_ext" else PORT_COUNTERS
-    spec = table.get(counter) or CounterSpec("", 64, False, 1, safe_name(counter))
-    if legacy and folder == "counters" and counter in _LEGACY_DATA:
-        return CounterSpec(spec.unit, 32, True, spec.scale, spec.name)
-    return spec
-
-
-def effective_width(spec: CounterSpec, raw: int) -> tuple[int, bool]:
-    """A value above all ones proves the counter is wider than its spec (seen in edited fixtures)."""
-    if spec.width < 64 and raw >> spec.width:
-        return 64, False
-    return spec.width, spec.saturates
-
-
-def safe_name(counter: str) -> str:
-    """A Prometheus-safe stem for a raw counter name (``""`` when the raw name already is one)."""
-    if counter.isascii() and counter.replace("_", "0").isalnum():  # the usual name: nothing to replace
-        cleaned = counter.lower()
-    else:
-        cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in counter).lower()
-    if cleaned[:1].isdigit():
-        cleaned = f"_{cleaned}"
-    return "" if cleaned == counter else cleaned
-
-
-# --- pure parsers -------------------------------------------------------------------------------
-
-
-def parse_value(data: bytes | str) -> int | None:
-    """A counter file's value; ``None`` for ``N/A (no PMA)`` (iWARP), empty or garbled content."""
-    try:
-        value = int(data)  # strips surrounding whitespace (no trailing newline, "\n\n") and accepts bytes
-    except ValueError:
-        return None
-    return value if value >= 0 else None
-
-
-def parse_state(text: bytes | str) -> tuple[int, str]:
-    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; ``"5: LinkUp"`` -> ``(5, "LinkUp")``. ValueError if garbled."""
-    number, sep, name = _text(text).partition(":")
-    if not sep:
-        raise ValueError(f"state without ':': {text!r}")
-    return int(number.strip()), name.strip()
-
-
-def parse_rate(text: bytes | str) -> float:
-    """``"400 Gb/sec (4X NDR)"`` -> 5e10 bytes/s (first token in Gb/s x 125,000,000)."""
-    first = _text(text).split(maxsplit=1)
-    if not first:
-        raise ValueError("empty rate")
-    return float(first[0]) * GBIT_BYTES_PER_SECOND
-
-
-def _text(data: bytes | str) -> str:
-    """An attribute's text: decoded, surrounding whitespace (``InfiniBand\\n\\n``) removed."""
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    return text.strip()
+_ATTRIBUTE = Counter("", "", "", 0, kind=Kind.GAUGE, source="port attribute file")  # state, phys_state, rate
 
 
 # --- discovery (I/O) ----------------------------------------------------------------------------
@@ -230,7 +52,7 @@ class CounterFile:
     device: str
     port: str
     counter: str
-    spec: CounterSpec
+    spec: Counter
     # The last content read and its Reading: an unchanged file (most error counters, most of the
     # time) reuses the immutable Reading instead of building a new one (the costliest step).
     last_data: bytes | None = None
@@ -247,7 +69,7 @@ class CounterFile:
             self.counter,
             float(raw * spec.scale),
             spec.unit,
-            Kind.COUNTER,
+            spec.kind,
             (),
             spec.name,
             width,
@@ -332,38 +154,37 @@ class _Discovery:
     def _device(self, path: str, device: str) -> None:
         attrs = {k: _read_attr(f"{path}/{k}") for k in ("fw_ver", "board_id", "hca_type", "node_guid")}
         self.plan.infos.append(_device_info(device, attrs))
-        mlx5 = device.startswith("mlx5") or (attrs["hca_type"] or "").startswith("MT")
-        self._folder(path, "hw_counters", device, "", legacy=False, mlx5=mlx5)
+        driver = ib.driver_name(device, attrs["hca_type"] or "", _kernel_driver(path))
+        self._folder(path, "hw_counters", device, "", legacy=False, driver=driver)
         ports = f"{path}/ports"
         for port in sorted(_listdir(ports), key=_port_order):
-            self._port(f"{ports}/{port}", device, port, mlx5)
+            self._port(f"{ports}/{port}", device, port, driver)
 
-    def _port(self, path: str, device: str, port: str, mlx5: bool) -> None:
+    def _port(self, path: str, device: str, port: str, driver: str) -> None:
         legacy = os.path.isdir(f"{path}/counters_ext")
         for folder in ("counters", "counters_ext", "hw_counters"):
-            self._folder(path, folder, device, port, legacy=legacy, mlx5=mlx5)
-        gauge = CounterSpec("")
+            self._folder(path, folder, device, port, legacy=legacy, driver=driver)
         self.plan.ports.append(
             PortFiles(
                 device,
                 port,
                 _read_attr(f"{path}/link_layer") or "",
-                self._open(f"{path}/state", device, port, "state", gauge),
-                self._open(f"{path}/phys_state", device, port, "phys_state", gauge),
-                self._open(f"{path}/rate", device, port, "rate", gauge),
+                self._open(f"{path}/state", device, port, "state", _ATTRIBUTE),
+                self._open(f"{path}/phys_state", device, port, "phys_state", _ATTRIBUTE),
+                self._open(f"{path}/rate", device, port, "rate", _ATTRIBUTE),
             )
         )
 
-    def _folder(self, parent: str, folder: str, device: str, port: str, *, legacy: bool, mlx5: bool) -> None:
+    def _folder(self, parent: str, folder: str, device: str, port: str, *, legacy: bool, driver: str) -> None:
         path = f"{parent}/{folder}"
         for counter in sorted(_listdir(path)):
-            spec = counter_spec(folder, counter, legacy=legacy, mlx5=mlx5)
+            spec = counter_spec(folder, counter, legacy=legacy, driver=driver)
             if spec is not None:
                 f = self._open(f"{path}/{counter}", device, port, counter, spec)
                 if f is not None:
                     self.plan.counters.append(f)
 
-    def _open(self, path: str, device: str, port: str, counter: str, spec: CounterSpec) -> CounterFile | None:
+    def _open(self, path: str, device: str, port: str, counter: str, spec: Counter) -> CounterFile | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if self.budget > 0 else None
         except FileNotFoundError:
@@ -384,6 +205,14 @@ def _listdir(path: str) -> list[str]:
         return []  # bnxt_re has no counters/; pre-4.6 kernels have no hw_counters/
 
 
+def _kernel_driver(path: str) -> str:
+    """The driver bound to the device's parent (``<dev>/device/driver`` -> .../drivers/mlx5_core)."""
+    try:
+        return os.path.basename(os.readlink(f"{path}/device/driver"))
+    except OSError:
+        return ""  # no link (test trees, some virtual devices): the tables match by name
+
+
 def _port_order(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 30, name)
 
@@ -391,7 +220,7 @@ def _port_order(name: str) -> tuple[int, str]:
 def _read_attr(path: str) -> str | None:
     try:
         with open(path, "rb") as f:
-            return _text(f.read(_ATTR_SIZE))[:MAX_LABEL_CHARS]
+            return text_of(f.read(_ATTR_SIZE))[:MAX_LABEL_CHARS]
     except OSError:
         return None  # optional: hfi1 has no hca_type, older kernels no node_guid
 

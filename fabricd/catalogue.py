@@ -16,6 +16,18 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
+from fabricd import signal_table as table
+from fabricd.drivers import ethtool as eth
+from fabricd.drivers import ib
+from fabricd.drivers.ib import pma
+from fabricd.drivers.vocabulary import PORT as PORT_ATTRIBUTES
+from fabricd.drivers.vocabulary import VOCABULARY, Term
+from fabricd.model import Kind
+from fabricd.naming import metric_stem
+
+IB_SOURCE = "infiniband"
+MEASURED = frozenset({"bytes", "seconds", "ticks", "ratio"})  # units a name carries (fabricd.naming)
+
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:
@@ -58,104 +70,51 @@ def _rows(*groups: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
     return tuple(spec for group in groups for spec in group)
 
 
+def _unit(term: Term) -> str:
+    """The catalogue's unit: base units of measurement; counts of things have none."""
+    return {"bytes_per_second": "bytes/s"}.get(term.unit, term.unit if term.unit in MEASURED else "")
+
+
+def _term(source: str, term: Term, labels: tuple[str, ...], optional: tuple[str, ...] = ()) -> tuple[MetricSpec, ...]:
+    """The families of one neutral name as ``source`` exposes it (``fabricd.naming``)."""
+    stem = metric_stem(source, term.name, term.unit)
+    if term.kind is Kind.GAUGE:
+        return _gauge(stem, _unit(term), term.meaning, labels, optional)
+    return _counter(stem, _unit(term), term.meaning, labels, optional)
+
+
+def _ib_rows() -> tuple[MetricSpec, ...]:
+    """counters/ rows per port; hw_counters/ rows of every driver table, per device or port."""
+    pma_terms = dict.fromkeys(c.name for c in (*pma.COUNTERS.values(), *pma.EXT.values()))
+    hw_terms = dict.fromkeys(c.name for d in ib.drivers() for c in d.counters)
+    return _rows(
+        *(_term(IB_SOURCE, VOCABULARY[n], PORT) for n in pma_terms),
+        *(_term(IB_SOURCE, VOCABULARY[n], ("node", "device"), ("port",)) for n in hw_terms),
+        *(_term(IB_SOURCE, t, PORT) for t in PORT_ATTRIBUTES),
+    )
+
+
+def _ethtool_rows() -> tuple[MetricSpec, ...]:
+    """One family per neutral name the ethtool tables use; per priority when any rule gives one."""
+    per_priority: dict[str, bool] = {}
+    for rule in (r for d in eth.drivers() for r in d.rules):
+        per_priority[rule.name] = per_priority.get(rule.name, False) or rule.priority is not None
+    return _rows(*(_term("ethtool", VOCABULARY[n], PRIO if p else IFACE) for n, p in per_priority.items()))
+
+
+def _derived_rows() -> tuple[MetricSpec, ...]:
+    rows = (s for s in table.SIGNALS if s.agent)
+    return _rows(
+        *(
+            _gauge(metric_stem("derived", s.name, s.unit), _RATES.get(s.unit, ""), s.help, s.labels, s.optional_labels)
+            for s in rows
+        )
+    )
+
+
+_RATES = {"ratio": "ratio", "bytes_per_second": "bytes/s", "packets_per_second": "packets/s", "per_second": "1/s"}
 IB = "fabricd_infiniband_"
-_IB_PMA = (  # counters/ (kernel ABI sysfs-class-infiniband; IBA PortCounters, narrow ones saturate)
-    ("symbol_errors", "", "Minor link errors detected on a physical lane (sysfs symbol_error)"),
-    ("link_error_recovery", "", "Successful link error recovery procedures (link retrains)"),
-    ("link_downed", "", "Times the link failed its error recovery and went down (a flap)"),
-    ("port_receive_errors", "", "Received packets with errors (sysfs port_rcv_errors)"),
-    ("port_receive_remote_physical_errors", "", "Received packets marked with the EBP delimiter"),
-    ("port_receive_switch_relay_errors", "", "Received packets that could not be forwarded"),
-    ("port_transmit_discards", "", "Outbound packets discarded (port down or congested)"),
-    ("port_transmit_constraint_errors", "", "Outbound packets not sent due to partition/constraint checks"),
-    ("port_receive_constraint_errors", "", "Inbound packets discarded due to partition/constraint checks"),
-    ("local_link_integrity_errors", "", "Times local physical errors exceeded the threshold"),
-    ("excessive_buffer_overrun_errors", "", "Consecutive flow-control update periods with buffer overrun"),
-    ("vl15_dropped", "", "Incoming VL15 (subnet management) packets dropped"),
-    (
-        "port_transmit_wait_ticks",
-        "ticks",
-        "Ticks the port had data to send but sent none (XmitWait): the InfiniBand congestion signal",
-    ),
-    ("port_transmit_data_bytes", "bytes", "Data bytes transmitted (sysfs port_xmit_data x 4 octets)"),
-    ("port_receive_data_bytes", "bytes", "Data bytes received (sysfs port_rcv_data x 4 octets)"),
-    ("port_transmit_packets", "", "Packets transmitted"),
-    ("port_receive_packets", "", "Packets received"),
-    ("unicast_transmit_packets", "", "Unicast packets transmitted"),
-    ("unicast_receive_packets", "", "Unicast packets received"),
-    ("multicast_transmit_packets", "", "Multicast packets transmitted"),
-    ("multicast_receive_packets", "", "Multicast packets received"),
-    ("port_receive_discards", "", "Received packets discarded"),
-    ("legacy_port_transmit_data_bytes", "bytes", "Data bytes transmitted, pre-4.5 counters_ext/"),
-    ("legacy_port_receive_data_bytes", "bytes", "Data bytes received, pre-4.5 counters_ext/"),
-    ("legacy_port_transmit_packets", "", "Packets transmitted, pre-4.5 counters_ext/"),
-    ("legacy_port_receive_packets", "", "Packets received, pre-4.5 counters_ext/"),
-    ("legacy_unicast_transmit_packets", "", "Unicast packets transmitted, pre-4.5 counters_ext/"),
-    ("legacy_unicast_receive_packets", "", "Unicast packets received, pre-4.5 counters_ext/"),
-    ("legacy_multicast_transmit_packets", "", "Multicast packets transmitted, pre-4.5 counters_ext/"),
-    ("legacy_multicast_receive_packets", "", "Multicast packets received, pre-4.5 counters_ext/"),
-)
-_IB_HW = (  # hw_counters/ (mlx5: drivers/infiniband/hw/mlx5/counters.c), port or device level
-    ("np_ecn_marked_roce_packets", "RoCEv2 packets received with ECN congestion experienced (CE)"),
-    ("np_cnp_sent", "Congestion notification packets sent as notification point"),
-    ("rp_cnp_handled", "CNPs received and acted on as reaction point"),
-    ("rp_cnp_ignored", "CNPs received and ignored (should stay 0 with congestion control on)"),
-    ("out_of_sequence", "Out-of-sequence packets received (loss upstream)"),
-    ("packet_seq_err", "NAKs sent for packet sequence errors"),
-    ("implied_nak_seq_err", "Implied NAK sequence errors (a later response arrived first)"),
-    ("local_ack_timeout_err", "ACK timeouts on the requester (retransmission after a timeout)"),
-    ("duplicate_request", "Duplicate requests received (the peer retransmitted)"),
-    ("rnr_nak_retry_err", "Receiver-not-ready NAK retries exceeded"),
-    ("req_transport_retries_exceeded", "Requests that exceeded the transport retry limit"),
-    ("req_rnr_retries_exceeded", "Requests that exceeded the RNR retry limit"),
-    ("roce_adp_retrans", "Adaptive retransmissions (RoCE)"),
-    ("roce_adp_retrans_to", "Adaptive retransmission timeouts (RoCE)"),
-    ("roce_slow_restart", "RoCE slow restarts"),
-    ("roce_slow_restart_cnps", "CNPs sent during slow restart"),
-    ("roce_slow_restart_trans", "Transitions to slow restart"),
-    ("out_of_buffer", "Packets dropped for lack of receive WQEs"),
-    ("rx_icrc_encapsulated", "RoCE packets with an invalid ICRC"),
-    ("req_cqe_error", "Requester completions with error"),
-    ("resp_cqe_error", "Responder completions with error"),
-    ("req_cqe_flush_error", "Requester completions flushed with error"),
-    ("resp_cqe_flush_error", "Responder completions flushed with error"),
-    ("resp_local_length_error", "Responder local length errors"),
-    ("req_remote_invalid_request", "Remote invalid request errors seen by the requester"),
-    ("req_remote_access_errors", "Remote access errors seen by the requester"),
-    ("resp_remote_access_errors", "Remote access errors seen by the responder"),
-    ("rx_write_requests", "RDMA write requests received"),
-    ("rx_read_requests", "RDMA read requests received"),
-    ("rx_atomic_requests", "Atomic requests received"),
-    ("rx_dct_connect", "DCT connect requests received"),
-)
-
 ETH = "fabricd_ethtool_"
-_ETH_IFACE = (  # vendor-neutral names (fabricd.ethtool_names), one per NIC
-    ("tx_pause_storm_warning_events", "", "Times PFC storm prevention warned (mlx5 tx_pause_storm_warning_events)"),
-    ("tx_pause_storm_error_events", "", "Times PFC storm prevention stopped sending pauses: drops may follow"),
-    ("rx_discards", "", "Received packets discarded by the port (mlx5 rx_discards_phy)"),
-    ("tx_discards", "", "Transmit packets discarded, head-of-line drops included (mlx5 tx_discards_phy)"),
-    ("rx_crc_errors", "", "Received frames with a bad FCS"),
-    ("rx_symbol_errors", "", "PHY symbol errors"),
-    ("link_down_events", "", "Link down events reported by the PHY (flaps)"),
-    ("rx_out_of_buffer", "", "Packets dropped for lack of receive buffers"),
-)
-_ETH_PRIO = (  # per priority: priority="0".."7", "global" (802.3x), "all" (driver sum)
-    ("rx_pause_frames", "", "PFC/pause frames received"),
-    ("tx_pause_frames", "", "PFC/pause frames sent"),
-    ("rx_pause_duration_seconds", "seconds", "Time the port was paused by its peer (converted from us)"),
-    ("tx_pause_duration_seconds", "seconds", "Time the port paused its peer (converted from us)"),
-    ("rx_pause_transitions", "", "Transitions into the paused state (receive side)"),
-    ("tx_pause_transitions", "", "Transitions into the pausing state (transmit side)"),
-    ("rx_buffer_discards", "", "Packets dropped for lack of receive buffer, per priority"),
-    ("rx_congestion_discards", "", "Packets dropped by congestion control, per priority"),
-    ("rx_ecn_marked_packets", "", "Received packets marked ECN CE, per priority"),
-    ("rx_priority_bytes", "", "Bytes received per priority"),
-    ("tx_priority_bytes", "", "Bytes sent per priority"),
-    ("rx_priority_packets", "", "Packets received per priority"),
-    ("tx_priority_packets", "", "Packets sent per priority"),
-)
-
 NL = "fabricd_netlink_"
 _NL_LINK = (
     ("rx_bytes", "bytes", "Bytes received (rtnl_link_stats64)"),
@@ -200,14 +159,12 @@ NC = "fabricd_nccl_"
 NCCL_ROW = ("node", "op", "size", "placement")
 NCCL_RUN = ("node", "op")
 
-DER = "fabricd_derived_"
 
 SELF_NODE_COLLECTOR = ("node", "collector")
 
 CATALOGUE: tuple[MetricSpec, ...] = _rows(
-    # --- infiniband collector ---
-    *(_counter(IB + n, u, h, PORT) for n, u, h in _IB_PMA),
-    *(_counter(IB + n, "", h, ("node", "device"), ("port",)) for n, h in _IB_HW),
+    # --- infiniband collector (tables: fabricd/drivers/ib/) ---
+    _ib_rows(),
     _counter(
         IB + r"[a-z_][a-z0-9_]*",
         "",
@@ -216,9 +173,6 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
         ("port",),
         pattern=True,
     ),
-    _gauge(IB + "port_state", "", "Logical port state id (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)", PORT),
-    _gauge(IB + "port_physical_state", "", "Physical port state id (5 LinkUp, 2 Polling, 3 Disabled, ...)", PORT),
-    _gauge(IB + "link_rate_bytes_per_second", "bytes/s", "Link signalling rate (sysfs rate, Gb/s x 125,000,000)", PORT),
     _gauge(
         IB + "device_info",
         "",
@@ -229,9 +183,8 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
     _gauge(
         IB + "port_info", "", "Port link layer and state names (value 1)", PORT, ("link_layer", "state", "phys_state")
     ),
-    # --- ethtool collector ---
-    *(_counter(ETH + n, u, h, IFACE) for n, u, h in _ETH_IFACE),
-    *(_counter(ETH + n, u, h, PRIO) for n, u, h in _ETH_PRIO),
+    # --- ethtool collector (tables: fabricd/drivers/ethtool/) ---
+    _ethtool_rows(),
     _counter(
         ETH + r"[a-z_][a-z0-9_]*",
         "",
@@ -295,29 +248,8 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
         "assumes for this job (option model_efficiency, else the model default), by algorithm",
         (*NCCL_RUN, "algo"),
     ),
-    # --- derived signals (computed at the agent from one scrape's rates) ---
-    _gauge(DER + "ecn_marked_ratio", "ratio", "Fraction of received RoCE packets marked ECN CE", PORT),
-    _gauge(DER + "cnp_sent_packets_per_second", "packets/s", "CNPs sent as notification point", PORT),
-    _gauge(DER + "cnp_handled_packets_per_second", "packets/s", "CNPs handled as reaction point", PORT),
-    _gauge(
-        DER + "xmit_wait_lost_bytes_per_second",
-        "bytes/s",
-        "Bandwidth lost to credit starvation (XmitWait rate x 8 bytes per tick, an estimate)",
-        PORT,
-    ),
-    _gauge(DER + "symbol_errors_per_gigabyte", "", "Symbol errors per 1e9 received bytes", PORT),
-    _gauge(DER + "receive_errors_per_gigabyte", "", "Receive errors per 1e9 received bytes", PORT),
-    _gauge(
-        DER + "rx_pause_ratio", "ratio", "Fraction of the interval the priority was paused by the peer", PRIO, ("port",)
-    ),
-    _gauge(DER + "tx_pause_ratio", "ratio", "Fraction of the interval the port paused its peer", PRIO, ("port",)),
-    _gauge(
-        DER + "nccl_efficiency_ratio",
-        "ratio",
-        "NCCL-tests busbw at the run's largest out-of-place size "
-        "divided by the performance model's prediction on this node's fabric ports (device = op)",
-        ("node", "device", "size"),
-    ),
+    # --- derived signals (computed at the agent from one scrape's rates: fabricd/signal_table.py) ---
+    _derived_rows(),
     # --- counter semantics ---
     _gauge(
         "fabricd_saturated_since_timestamp_seconds",

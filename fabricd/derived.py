@@ -1,74 +1,55 @@
 """Derived signals computed from one scrape's samples (``source="derived"``, gauges, unit in the name).
 
-Only inputs with an honest rate (status OK or WRAPPED) are used: a first sighting, a reset or a
-saturated counter yields no derived value rather than a wrong one. Assumptions and sources are in
-``docs/counters.md`` ("Derived signals"); the NCCL-tests efficiency (gauges in, a model prediction
-against the node's own ports) in ``docs/model.md`` ("Efficiency at the agent").
+Every signal is defined in ``fabricd.signal_table`` (inputs, formula, unit, help) and computed by
+its function in ``fabricd.signal_math`` (with any floor): the detectors and the report call the same
+one. Here the scrape's samples are gathered per source and device, split into the same scopes
+(ports, priorities, qdiscs) and every signal the agent exports is evaluated. Only inputs with an honest rate (status OK or WRAPPED) are
+used: a first sighting, a reset or a saturated counter yields no derived value rather than a wrong
+one. Assumptions and sources are in ``docs/counters.md`` ("Derived signals"); the NCCL-tests
+efficiency (gauges in, a model prediction against the node's own ports) in ``docs/model.md``
+("Efficiency at the agent").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from fabricd import signal_table as table
 from fabricd.model import Kind, Labels, Reading, Sample, Status
 from fabricd.perfmodel import ALGOS, OPS, Fabric, efficiency, predict
+from fabricd.signal_math import join_device_level
 
 SOURCE = "derived"
-IB = "infiniband"
-NCCL = "nccl"
+IB = table.IB
+NCCL = table.NCCL
 IB_PORT_ACTIVE = 4.0  # sysfs ``state``: "4: ACTIVE"
-_HONEST = frozenset({Status.OK, Status.WRAPPED})
-# DOMAIN.md: on Quantum switches lost bytes ~ delta(port_xmit_wait) x 8.
-XMIT_WAIT_BYTES_PER_TICK = 8.0
-GIGABYTE = 1e9
-# Congestion notification packets, per second: (hw_counters name, derived name).
-CNP_COUNTERS: tuple[tuple[str, str], ...] = (
-    ("np_cnp_sent", "cnp_sent_packets_per_second"),
-    ("rp_cnp_handled", "cnp_handled_packets_per_second"),
-)
-ERRORS_PER_GB: tuple[tuple[str, str], ...] = (
-    ("symbol_error", "symbol_errors_per_gigabyte"),
-    ("port_rcv_errors", "receive_errors_per_gigabyte"),
-)
-PAUSE_DURATIONS: dict[str, str] = {
-    "rx_pause_duration": "rx_pause_ratio",
-    "tx_pause_duration": "tx_pause_ratio",
-}
-
-Index = Mapping[tuple[str, str, str], Sample]  # (device, port, counter) -> infiniband sample
-
-
-# The infiniband counters the signals below read: derive() indexes only these.
-IB_INPUTS = frozenset(
-    {
-        "np_ecn_marked_roce_packets",
-        "port_rcv_packets",
-        "port_xmit_wait",
-        "port_rcv_data",
-        *(raw for raw, _ in CNP_COUNTERS),
-        *(raw for raw, _ in ERRORS_PER_GB),
-    }
-)
-
-
+_OK, _WRAPPED, _COUNTER = Status.OK, Status.WRAPPED, Kind.COUNTER
 # Gauges and infos the NCCL efficiency reads (no rate): the NCCL run, the node's fabric ports.
-MODEL_INPUTS = frozenset({"busbw", "nodes", "ranks", "model_efficiency", "rate", "state", "port_info"})
+MODEL_INPUTS = frozenset(
+    {"busbw_bytes_per_second", "nodes", "ranks", "model_efficiency", "link_rate", "port_state", "port_info"}
+)
+# The inputs of the signals the agent exports, per source (only the names those signals read).
+_INPUTS = {
+    src: frozenset(n for sig in sigs for slot in sig.inputs for n in slot) & table.SOURCE_INPUTS[src]
+    for src, sigs in table.AGENT_BY_SOURCE.items()
+    if sigs
+}
+_ANY = frozenset().union(*_INPUTS.values()) | MODEL_INPUTS
 
-
-_WANTED = IB_INPUTS | MODEL_INPUTS
+Scopes = dict[tuple[str, Labels], dict[str, float]]  # one (source, device): (port, labels) -> metric -> value
 
 
 def derive(samples: Sequence[Sample]) -> list[Sample]:
     """Every derived signal the inputs allow."""
     model: list[Sample] = []
-    ib, paused = index_inputs(samples, model)
+    groups = index_inputs(samples, model)
     out: list[Sample] = []
-    out.extend(ecn_marked_ratio(ib))
-    out.extend(cnp_rates(ib))
-    out.extend(xmit_wait_lost_bandwidth(ib))
-    out.extend(errors_per_gigabyte(ib))
-    out.extend(pause_ratios(paused))
+    for (source, device), (ts, scopes) in groups.items():
+        signals = table.AGENT_BY_SOURCE[source]
+        for (port, labels), scope in join_device_level(scopes).items():
+            for signal, value in table.evaluate(scope, signals):
+                out.append(_derived(ts, device, port, signal.name, value, labels, signal.unit))
     if model:
         out.extend(nccl_efficiency(model))
     return out
@@ -76,119 +57,51 @@ def derive(samples: Sequence[Sample]) -> list[Sample]:
 
 def index_inputs(
     samples: Sequence[Sample], model: list[Sample] | None = None
-) -> tuple[dict[tuple[str, str, str], Sample], list[Sample]]:
-    """One pass over a scrape: the honest infiniband inputs by (device, port, counter) (a repeated
-    key keeps its first position and its last sample, as a dict does) and the honest pause durations.
-    When ``model`` is given, the rate-less samples named in ``MODEL_INPUTS`` are appended to it.
+) -> dict[tuple[str, str], tuple[float, Scopes]]:
+    """One pass over a scrape: the signal inputs by (source, device), in scopes (port, labels) of
+    ``metric -> rate`` (counters, honest only) or value (gauges), the grouping of
+    ``fabricd.signal_math.scopes``; a repeated key keeps its last sample. When ``model`` is given,
+    the samples named in ``MODEL_INPUTS`` are appended to it.
 
-    Runs on every scrape over every sample, so most samples cost a few set lookups of interned
-    names; only the candidates have their rate and status checked (by identity: an enum's hash is
-    a Python call).
+    Runs on every scrape over every sample, so most samples cost one set lookup of an interned name;
+    only the candidates have their kind and status checked (by identity: an enum's hash is a Python
+    call), and a collector's readings of one port come together, so the scope is looked up again
+    only when the port changes.
     """
-    ib: dict[tuple[str, str, str], Sample] = {}
-    paused: list[Sample] = []
+    groups: dict[tuple[str, str], tuple[float, Scopes]] = {}
+    inputs, candidates = _INPUTS, _ANY
+    scope: dict[str, float] = {}
+    where: tuple[str, str, str, Labels] | None = None  # (source, device, port, labels) of ``scope``
     for s in samples:
         r = s.reading
-        counter = r.counter
-        if counter not in _WANTED and r.name not in PAUSE_DURATIONS:
+        metric = r.name or r.counter
+        if metric not in candidates:  # most samples: one set lookup
             continue
-        wanted_ib = counter in IB_INPUTS and r.source == IB
-        if s.rate is None or not _honest(s.status):
-            if model is not None and counter in MODEL_INPUTS:
-                model.append(s)
+        if model is not None and metric in MODEL_INPUTS:
+            model.append(s)
+        wanted = inputs.get(r.source)
+        if wanted is None or metric not in wanted:
             continue
-        if wanted_ib:
-            ib[(r.device, r.port, counter)] = s
-        if r.name in PAUSE_DURATIONS:
-            paused.append(s)
-    return ib, paused
+        if r.kind is _COUNTER:
+            status = s.status
+            value = s.rate if status is _OK or status is _WRAPPED else None
+        else:
+            value = r.value
+        if where is None or r.port != where[2] or r.device != where[1] or r.labels != where[3] or r.source != where[0]:
+            where = (r.source, r.device, r.port, r.labels)
+            group = groups.get(where[:2])
+            if group is None:
+                group = groups[where[:2]] = (s.ts, {})
+            scope = group[1].setdefault((r.port, r.labels), {})
+        if value is None:
+            scope.pop(metric, None)  # no honest rate this scrape: no input
+        else:
+            scope[metric] = value
+    return groups
 
 
-def _honest(status: Status) -> bool:
-    return status is Status.OK or status is Status.WRAPPED
-
-
-def _derived(src: Sample, port: str, name: str, value: float, unit: str, labels: Labels = ()) -> Sample:
-    r = src.reading
-    return Sample(src.ts, Reading(SOURCE, r.device, port, name, value, unit, Kind.GAUGE, labels, name, 0))
-
-
-def _rate(s: Sample) -> float:
-    assert s.rate is not None  # derive() keeps only samples with a rate
-    return s.rate
-
-
-def _clamp01(x: float) -> float:
-    return min(1.0, max(0.0, x))
-
-
-def ecn_marked_ratio(ib: Index) -> Iterator[Sample]:
-    """delta(np_ecn_marked_roce_packets) / delta(port_rcv_packets), per device and port.
-
-    Both are read within one scrape, so the ratio of rates is the ratio of deltas. hw_counters are
-    cached by the driver (``lifespan``, ~10 ms) so the two deltas cover slightly different
-    windows: the ratio is clamped to [0, 1]. A device-level ECN counter (port "") is matched to the
-    device's only port; with several ports it is ambiguous and skipped.
-    """
-    for (device, port, counter), ecn in ib.items():
-        if counter != "np_ecn_marked_roce_packets":
-            continue
-        rcv_port = port or _only_port(ib, device, "port_rcv_packets")
-        rcv = ib.get((device, rcv_port or "", "port_rcv_packets"))
-        if rcv is not None and _rate(rcv) > 0:
-            ratio = _clamp01(_rate(ecn) / _rate(rcv))
-            yield _derived(ecn, rcv.reading.port, "ecn_marked_ratio", ratio, "ratio")
-
-
-def _only_port(ib: Index, device: str, counter: str) -> str | None:
-    ports = {p for (d, p, c) in ib if d == device and c == counter and p}
-    return ports.pop() if len(ports) == 1 else None
-
-
-def cnp_rates(ib: Index) -> Iterator[Sample]:
-    """CNPs sent as notification point and handled as reaction point, per second."""
-    for raw, name in CNP_COUNTERS:
-        for (_, _, counter), s in ib.items():
-            if counter == raw:
-                yield _derived(s, s.reading.port, name, _rate(s), "packets_per_second")
-
-
-def xmit_wait_lost_bandwidth(ib: Index) -> Iterator[Sample]:
-    """Estimated bandwidth lost to credit starvation: rate(port_xmit_wait) x 8 bytes per tick.
-
-    An estimate: the x 8 holds for NVIDIA Quantum switch ports (DOMAIN.md); the tick length of an
-    HCA port is implementation-defined, so compare it between ports of one kind, not across kinds.
-    """
-    for (_, port, counter), s in ib.items():
-        if counter == "port_xmit_wait":
-            yield _derived(
-                s, port, "xmit_wait_lost_bytes_per_second", _rate(s) * XMIT_WAIT_BYTES_PER_TICK, "bytes_per_second"
-            )
-
-
-def errors_per_gigabyte(ib: Index) -> Iterator[Sample]:
-    """Symbol and receive errors per 1e9 received bytes (``port_rcv_data`` is already in bytes)."""
-    for (device, port, counter), s in ib.items():
-        if counter != "port_rcv_data" or _rate(s) <= 0:
-            continue
-        gigabytes_per_second = _rate(s) / GIGABYTE
-        for raw, name in ERRORS_PER_GB:
-            err = ib.get((device, port, raw))
-            if err is not None:
-                yield _derived(err, port, name, _rate(err) / gigabytes_per_second, "errors_per_gigabyte")
-
-
-def pause_ratios(samples: Sequence[Sample]) -> Iterator[Sample]:
-    """Fraction of the interval a priority was paused: rate of pause seconds per second, in [0, 1].
-
-    Inputs are the collectors' vendor-neutral ``rx_pause_duration``/``tx_pause_duration`` readings
-    (already converted to seconds, label ``priority``), whatever the driver's own name.
-    """
-    for s in samples:
-        r = s.reading
-        name = PAUSE_DURATIONS.get(r.name)
-        if name is not None and r.unit == "seconds":
-            yield _derived(s, r.port, name, _clamp01(_rate(s)), "ratio", r.labels)
+def _derived(ts: float, device: str, port: str, name: str, value: float, labels: Labels, unit: str) -> Sample:
+    return Sample(ts, Reading(SOURCE, device, port, name, value, unit, Kind.GAUGE, labels, name, 0))
 
 
 # --- NCCL-tests efficiency (docs/model.md, "Efficiency at the agent") -------------------------------
@@ -218,7 +131,7 @@ def nccl_efficiency(inputs: Sequence[Sample]) -> Iterator[Sample]:
         value = run_efficiency(op, run, *ports)
         if value is not None and run.busbw is not None:
             labels = (("size", str(run.size)),)
-            yield _derived(run.busbw, "", "nccl_efficiency", value, "ratio", labels)
+            yield _derived(run.busbw.ts, run.busbw.reading.device, "", "nccl_efficiency", value, labels, "ratio")
 
 
 def nccl_runs(samples: Iterator[Sample]) -> dict[str, NcclRunInputs]:
@@ -227,13 +140,14 @@ def nccl_runs(samples: Iterator[Sample]) -> dict[str, NcclRunInputs]:
     for s in samples:
         r = s.reading
         run = runs.setdefault(r.device, NcclRunInputs())
-        if r.counter == "busbw":
+        name = r.name or r.counter
+        if name == "busbw_bytes_per_second":
             _keep_largest(run, s)
-        elif r.counter == "nodes":
+        elif name == "nodes":
             run.nodes = r.value
-        elif r.counter == "ranks":
+        elif name == "ranks":
             run.ranks = r.value
-        elif r.counter == "model_efficiency":
+        elif name == "model_efficiency":
             run.efficiency, run.algo = r.value, dict(r.labels).get("algo", "ring")
     return runs
 
@@ -248,13 +162,13 @@ def _keep_largest(run: NcclRunInputs, s: Sample) -> None:
 def fabric_ports(readings: Sequence[Reading]) -> tuple[int, float] | None:
     """(port count, highest link rate in bytes/s) of the node's active fabric ports: the InfiniBand
     ones when any is active, else the Ethernet (RoCE) ones; the rule of ``fabricd model --sysfs-root``."""
-    layer = {(r.device, r.port): dict(r.labels).get("link_layer", "") for r in readings if r.counter == "port_info"}
-    active = {(r.device, r.port) for r in readings if r.counter == "state" and r.value == IB_PORT_ACTIVE}
+    layer = {(r.device, r.port): dict(r.labels).get("link_layer", "") for r in readings if r.name == "port_info"}
+    active = {(r.device, r.port) for r in readings if r.name == "port_state" and r.value == IB_PORT_ACTIVE}
     fabric_layer = "InfiniBand" if "InfiniBand" in {layer.get(k) for k in active} else "Ethernet"
     rates = [
         r.value
         for r in readings
-        if r.counter == "rate"
+        if r.name == "link_rate"
         and r.value > 0
         and (r.device, r.port) in active
         and layer.get((r.device, r.port)) == fabric_layer

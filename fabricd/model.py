@@ -196,7 +196,7 @@ class Candidate:
 class Evidence:
     """One signal that fired: what, where, how much, against which threshold (event time)."""
 
-    signal: str  # e.g. "ecn_marked_fraction"
+    signal: str  # e.g. "ecn_marked_ratio"
     node: str
     device: str
     port: str

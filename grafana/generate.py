@@ -7,7 +7,11 @@
 Plain Python (no grafanalib): the dashboard model is small and this keeps the JSON reviewable in a
 diff. Every PromQL expression here is evaluated against a real Prometheus scraping a running fabricd
 by ``tests/test_dashboards_prometheus.py``; template variables are ``$node``, ``$device``, ``$port``
-(and ``$op`` on the NCCL dashboard). Metric names are in ``fabricd/catalogue.py``.
+(and ``$op`` on the NCCL dashboard). Metric names are in ``fabricd/catalogue.py``; those of derived
+signals and counters are built here from the signal table (``fabricd/signal_table.py``: name, unit,
+help) and the neutral vocabulary (``fabricd/drivers/vocabulary.py``), and the thresholds quoted in
+panel descriptions are read from ``rules/detection/``, so a renamed signal or a new threshold
+changes the dashboards with it.
 """
 
 from __future__ import annotations
@@ -18,11 +22,50 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fabricd import signal_table
+from fabricd.detect.rules import load_rules
+from fabricd.detect.signals import SIGNALS as DETECTOR_SIGNALS
+from fabricd.drivers.vocabulary import VOCABULARY
+from fabricd.naming import metric_stem
+
 OUT = Path(__file__).resolve().parent / "dashboards"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 NODE = 'node=~"$node"'
 PORT = 'node=~"$node",device=~"$device",port=~"$port"'
 Panel = dict[str, Any]
+RULES = {r.name: r for r in load_rules(None, DETECTOR_SIGNALS).rules}
+
+
+def derived(signal: str) -> str:
+    """The exported family of a signal the agent derives (``fabricd_derived_<name>``)."""
+    s = signal_table.BY_NAME[signal]
+    assert s.agent, f"{signal} is not exported by the agent"
+    return metric_stem("derived", s.name, s.unit)
+
+
+def total(signal: str, matchers: str, by: str) -> str:
+    """A per-second total of the table the agent does not export, summed as the detectors do: the
+    rates of the same inputs (``fabricd.signal_table.rate_families``)."""
+    families = "|".join(signal_table.rate_families(signal_table.BY_NAME[signal]))
+    return f'sum by ({by}) ({{__name__=~"{families}",{matchers}}})'
+
+
+def rate_of(source: str, neutral: str) -> str:
+    """The agent-computed rate of a counter, by its neutral name."""
+    term = VOCABULARY[neutral]
+    return metric_stem(source, term.name, term.unit) + "_per_second"
+
+
+def about(signal: str) -> str:
+    return signal_table.BY_NAME[signal].help
+
+
+def threshold(rule: str) -> str:
+    """The incident rule's threshold as a reader says it ("above 2%")."""
+    r = RULES[rule]
+    ratio = signal_table.BY_NAME[r.signal].unit == "ratio"
+    value = f"{r.condition.threshold * 100:g}%" if ratio else f"{r.condition.threshold:g}"
+    return f"{'above' if r.condition.op.startswith('>') else 'below'} {value}"
 
 
 def target(expr: str, legend: str = "", *, instant: bool = False, ref: str = "A") -> dict[str, Any]:
@@ -208,58 +251,58 @@ def overview() -> dict[str, Any]:
             table(
                 "Top 10 ports by transmit throughput",
                 "InfiniBand/RoCE ports sending the most bytes/s now.",
-                target(f"topk(10, fabricd_infiniband_port_transmit_data_bytes_per_second{{{NODE}}})", instant=True),
+                target(f"topk(10, {rate_of('infiniband', 'port_transmit_data')}{{{NODE}}})", instant=True),
                 unit="Bps",
             ),
             table(
                 "Top 10 ports by receive throughput",
                 "Ports receiving the most bytes/s now.",
-                target(f"topk(10, fabricd_infiniband_port_receive_data_bytes_per_second{{{NODE}}})", instant=True),
+                target(f"topk(10, {rate_of('infiniband', 'port_receive_data')}{{{NODE}}})", instant=True),
                 unit="Bps",
             ),
             row("Congestion"),
             timeseries(
                 "ECN-marked fraction (top 10 ports)",
-                "Fraction of received RoCE packets marked CE; "
-                "above 5% for 2 minutes is a congested path (alert FabricdEcnCongestion).",
-                target(f"topk(10, fabricd_derived_ecn_marked_ratio{{{NODE}}})", "{{node}}/{{device}}:{{port}}"),
+                f"{about('ecn_marked_ratio')}; {threshold('ecn_marked')} is a congested path "
+                "(incident after 10 s, alert FabricdEcnCongestion after 2 minutes).",
+                target(f"topk(10, {derived('ecn_marked_ratio')}{{{NODE}}})", "{{node}}/{{device}}:{{port}}"),
                 unit="percentunit",
             ),
             timeseries(
                 "CNP rates per node",
                 "Congestion notification packets: sent as notification point "
                 "(receiver saw ECN) and handled as reaction point (sender slowed down).",
-                target(f"sum by (node) (fabricd_derived_cnp_sent_packets_per_second{{{NODE}}})", "{{node}} sent"),
-                target(f"sum by (node) (fabricd_derived_cnp_handled_packets_per_second{{{NODE}}})", "{{node}} handled"),
+                target(f"sum by (node) ({derived('cnp_sent_packets_per_second')}{{{NODE}}})", "{{node}} sent"),
+                target(f"sum by (node) ({derived('cnp_handled_packets_per_second')}{{{NODE}}})", "{{node}} handled"),
                 unit="pps",
             ),
             timeseries(
                 "XmitWait lost bandwidth (top 10 ports)",
-                "Estimated bandwidth lost waiting for credits (InfiniBand XmitWait x 8 bytes per tick).",
+                f"{about('xmit_wait_lost_bytes_per_second')}; {threshold('xmit_wait')} of the link rate is "
+                "congestion (alert FabricdXmitWaitCongestion).",
                 target(
-                    f"topk(10, fabricd_derived_xmit_wait_lost_bytes_per_second{{{NODE}}})",
+                    f"topk(10, {derived('xmit_wait_lost_bytes_per_second')}{{{NODE}}})",
                     "{{node}}/{{device}}:{{port}}",
                 ),
                 unit="Bps",
             ),
             timeseries(
                 "PFC pause fraction (top 10 NIC priorities)",
-                "Fraction of time a priority was paused by the switch: victims of HOL blocking or of a PFC storm.",
-                target(f"topk(10, fabricd_derived_rx_pause_ratio{{{NODE}}})", "{{node}}/{{device}} prio {{priority}}"),
+                f"{about('rx_pause_ratio')}: victims of HOL blocking or of a PFC storm "
+                f"({threshold('paused_victim')}: alert FabricdPauseFraction).",
+                target(f"topk(10, {derived('rx_pause_ratio')}{{{NODE}}})", "{{node}}/{{device}} prio {{priority}}"),
                 unit="percentunit",
             ),
             row("Errors"),
             timeseries(
                 "Symbol errors per GB (top 10 ports)",
                 "Physical-layer errors per received gigabyte: a failing cable or transceiver.",
-                target(
-                    f"topk(10, fabricd_derived_symbol_errors_per_gigabyte{{{NODE}}})", "{{node}}/{{device}}:{{port}}"
-                ),
+                target(f"topk(10, {derived('symbol_errors_per_gigabyte')}{{{NODE}}})", "{{node}}/{{device}}:{{port}}"),
             ),
             timeseries(
                 "Discards per node",
-                "Packets discarded at ports (InfiniBand transmit discards).",
-                target(f"sum by (node) (fabricd_infiniband_port_transmit_discards_per_second{{{NODE}}})", "{{node}}"),
+                f"{about('discards_per_second')}; {threshold('discards')}/s is real loss (alert FabricdPortDiscards).",
+                target(total("discards_per_second", NODE, "node"), "{{node}}"),
                 unit="pps",
             ),
         ],
@@ -279,11 +322,11 @@ def port() -> dict[str, Any]:
                 "Throughput",
                 "Data bytes per second (port_xmit_data/port_rcv_data x 4).",
                 target(
-                    f"fabricd_infiniband_port_transmit_data_bytes_per_second{{{PORT}}}",
+                    f"{rate_of('infiniband', 'port_transmit_data')}{{{PORT}}}",
                     "tx {{node}}/{{device}}:{{port}}",
                 ),
                 target(
-                    f"fabricd_infiniband_port_receive_data_bytes_per_second{{{PORT}}}",
+                    f"{rate_of('infiniband', 'port_receive_data')}{{{PORT}}}",
                     "rx {{node}}/{{device}}:{{port}}",
                 ),
                 unit="Bps",
@@ -291,38 +334,38 @@ def port() -> dict[str, Any]:
             timeseries(
                 "Packets",
                 "Packets per second.",
-                target(f"fabricd_infiniband_port_transmit_packets_per_second{{{PORT}}}", "tx {{device}}:{{port}}"),
-                target(f"fabricd_infiniband_port_receive_packets_per_second{{{PORT}}}", "rx {{device}}:{{port}}"),
+                target(f"{rate_of('infiniband', 'port_transmit_packets')}{{{PORT}}}", "tx {{device}}:{{port}}"),
+                target(f"{rate_of('infiniband', 'port_receive_packets')}{{{PORT}}}", "rx {{device}}:{{port}}"),
                 unit="pps",
             ),
             row("Congestion"),
             timeseries(
                 "XmitWait",
                 "Ticks per second with data to send and no credits, and the bandwidth estimate derived from it.",
-                target(f"fabricd_infiniband_port_transmit_wait_ticks_per_second{{{PORT}}}", "ticks/s {{device}}"),
-                target(f"fabricd_derived_xmit_wait_lost_bytes_per_second{{{PORT}}}", "lost B/s {{device}}"),
+                target(f"{rate_of('infiniband', 'port_transmit_wait')}{{{PORT}}}", "ticks/s {{device}}"),
+                target(f"{derived('xmit_wait_lost_bytes_per_second')}{{{PORT}}}", "lost B/s {{device}}"),
             ),
             timeseries(
                 "ECN and CNP",
                 "ECN-marked fraction of received packets and CNPs sent/handled.",
-                target(f"fabricd_derived_ecn_marked_ratio{{{PORT}}}", "ECN fraction {{device}}"),
-                target(f"fabricd_derived_cnp_sent_packets_per_second{{{PORT}}}", "CNP sent/s {{device}}"),
-                target(f"fabricd_derived_cnp_handled_packets_per_second{{{PORT}}}", "CNP handled/s {{device}}"),
+                target(f"{derived('ecn_marked_ratio')}{{{PORT}}}", "ECN fraction {{device}}"),
+                target(f"{derived('cnp_sent_packets_per_second')}{{{PORT}}}", "CNP sent/s {{device}}"),
+                target(f"{derived('cnp_handled_packets_per_second')}{{{PORT}}}", "CNP handled/s {{device}}"),
             ),
             row("Errors and retransmissions"),
             timeseries(
                 "Link errors",
                 "Symbol errors, receive errors and transmit discards per second.",
-                target(f"fabricd_infiniband_symbol_errors_per_second{{{PORT}}}", "symbol {{device}}"),
-                target(f"fabricd_infiniband_port_receive_errors_per_second{{{PORT}}}", "rcv errors {{device}}"),
-                target(f"fabricd_infiniband_port_transmit_discards_per_second{{{PORT}}}", "discards {{device}}"),
+                target(f"{rate_of('infiniband', 'symbol_errors')}{{{PORT}}}", "symbol {{device}}"),
+                target(f"{rate_of('infiniband', 'port_receive_errors')}{{{PORT}}}", "rcv errors {{device}}"),
+                target(f"{rate_of('infiniband', 'port_transmit_discards')}{{{PORT}}}", "discards {{device}}"),
             ),
             timeseries(
-                "RDMA retransmissions",
-                "Sequence errors and ACK timeouts per second (each is a retransmission: loss somewhere on the path).",
-                target(f"fabricd_infiniband_out_of_sequence_per_second{{{PORT}}}", "out of sequence {{device}}"),
-                target(f"fabricd_infiniband_packet_seq_err_per_second{{{PORT}}}", "seq err NAK {{device}}"),
-                target(f"fabricd_infiniband_local_ack_timeout_err_per_second{{{PORT}}}", "ack timeout {{device}}"),
+                "RDMA sequence errors and retransmissions",
+                f"{about('sequence_errors_per_second')}, and {about('retransmits_per_second')}: each is a "
+                f"packet lost somewhere on the path (incident and alert {threshold('sequence_errors')}/s).",
+                target(total("sequence_errors_per_second", PORT, "node, device, port"), "sequence errors {{device}}"),
+                target(total("retransmits_per_second", PORT, "node, device, port"), "retransmits {{device}}"),
             ),
             row("State"),
             stat(
@@ -355,15 +398,15 @@ def port() -> dict[str, Any]:
             timeseries(
                 "Pause fraction per priority",
                 "Fraction of time each priority was paused by the switch (rx) and pausing it (tx).",
-                target(f"fabricd_derived_rx_pause_ratio{{{NODE}}}", "rx {{device}} prio {{priority}}"),
-                target(f"fabricd_derived_tx_pause_ratio{{{NODE}}}", "tx {{device}} prio {{priority}}"),
+                target(f"{derived('rx_pause_ratio')}{{{NODE}}}", "rx {{device}} prio {{priority}}"),
+                target(f"{derived('tx_pause_ratio')}{{{NODE}}}", "tx {{device}} prio {{priority}}"),
                 unit="percentunit",
             ),
             timeseries(
                 "Pause frames per priority",
                 "PFC pause frames per second.",
-                target(f"fabricd_ethtool_rx_pause_frames_per_second{{{NODE}}}", "rx {{device}} prio {{priority}}"),
-                target(f"fabricd_ethtool_tx_pause_frames_per_second{{{NODE}}}", "tx {{device}} prio {{priority}}"),
+                target(f"{rate_of('ethtool', 'rx_pause_frames')}{{{NODE}}}", "rx {{device}} prio {{priority}}"),
+                target(f"{rate_of('ethtool', 'tx_pause_frames')}{{{NODE}}}", "tx {{device}} prio {{priority}}"),
                 unit="pps",
             ),
         ],

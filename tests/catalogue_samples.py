@@ -30,7 +30,7 @@ from fabricd.sim.sysfstree import (
 from tests.helpers import CASES
 
 NODE = "node-001"
-IB_TREES = ("procfs", "node_exporter", "gpud-h100")
+IB_TREES = ("procfs", "node_exporter", "gpud-h100", "bnxt_re-kernel-names")
 
 
 def _bump_counters(root: Path, by: int) -> None:
@@ -80,8 +80,11 @@ async def infiniband_samples(tmp: Path) -> list[Sample]:
         else:
             shutil.copytree(CASES / "infiniband" / tree / "sys", root)
 
-        async def advance(root: Path = root) -> None:
+        async def advance(root: Path = root, roce: bool = tree == "roce") -> None:
             _bump_counters(root, 1000)
+            if roce:  # a port with traffic: 2,100 packets/s, above the ECN ratio's floor of 1,000/s
+                packets = root / "class/infiniband/mlx5_0/ports/1/counters/port_rcv_packets"
+                packets.write_text(f"{int(packets.read_text()) + 20_000}\n")
 
         out += await _twice("infiniband", {}, advance, sysfs_root=root)
     return out

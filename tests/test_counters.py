@@ -125,9 +125,9 @@ def test_legacy_32bit_data_counter_saturates_in_words(tmp_path: Path) -> None:
 
 
 def test_implausible_jump_is_a_reset(tmp_path: Path) -> None:
-    host = Host(tmp_path, RateEngine(max_rates={**DEFAULT_MAX_RATES, "": 1000.0}))
+    host = Host(tmp_path, RateEngine(max_rates={**DEFAULT_MAX_RATES, "packets": 1000.0}))
     host.scrape(1.0, hca(hw={"out_of_sequence": 100}))
-    got = host.scrape(2.0, hca(hw={"out_of_sequence": 50}))  # a "wrap" of ~4e9 events in 1 s
+    got = host.scrape(2.0, hca(hw={"out_of_sequence": 50}))  # a "wrap" of ~4e9 packets in 1 s
     s = got[("mlx5_0", "1", "out_of_sequence")]
     assert (s.status, s.rate) == (Status.RESET, None)
     data = host.scrape(3.0, hca({"port_rcv_data": 10**15}))  # 4e15 bytes in 1 s: 32 Pb/s

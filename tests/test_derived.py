@@ -12,6 +12,8 @@ from fabricd.catalogue import lookup
 from fabricd.collector import build
 from fabricd.counters import RateEngine
 from fabricd.derived import derive
+from fabricd.drivers import ib as ib_tables
+from fabricd.drivers.ib import pma
 from fabricd.exposition import render
 from fabricd.model import Kind, Reading, labels_of
 from fabricd.sim.sysfstree import DeviceTree, PortTree, write_infiniband_tree
@@ -19,8 +21,13 @@ from tests.helpers import CASES
 
 
 def ib(counter: str, value: float, port: str = "1", *, width: int = 64, scale: float = 1.0) -> Reading:
+    """A reading as the infiniband collector makes it for an mlx5 file: raw name, neutral name."""
     saturates = width < 64  # the narrow IB PortCounters clamp at all ones
-    return Reading("infiniband", "mlx5_0", port, counter, value, "", Kind.COUNTER, (), "", width, saturates, scale)
+    row = pma.COUNTERS.get(counter) or ib_tables.hw_counter("mlx5", counter)
+    assert row is not None and row.name, counter
+    return Reading(
+        "infiniband", "mlx5_0", port, counter, value, row.unit, Kind.COUNTER, (), row.name, width, saturates, scale
+    )
 
 
 def pause(direction: str, priority: str, seconds: float) -> Reading:
@@ -48,16 +55,24 @@ def derived_after(before: list[Reading], after: list[Reading], dt: float = 1.0) 
 
 def test_ecn_marked_ratio() -> None:
     before = [ib("np_ecn_marked_roce_packets", 100), ib("port_rcv_packets", 10_000)]
-    after = [ib("np_ecn_marked_roce_packets", 150), ib("port_rcv_packets", 11_000)]
+    after = [ib("np_ecn_marked_roce_packets", 300), ib("port_rcv_packets", 14_000)]
     assert derived_after(before, after, dt=2.0)[("mlx5_0", "1", "ecn_marked_ratio")] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(("received", "expected"), [(999, None), (1000, 0.25)])
+def test_no_ecn_ratio_below_1000_received_packets_per_second(received: int, expected: float | None) -> None:
+    before = [ib("np_ecn_marked_roce_packets", 0), ib("port_rcv_packets", 0)]
+    after = [ib("np_ecn_marked_roce_packets", received // 4), ib("port_rcv_packets", received)]
+    got = derived_after(before, after).get(("mlx5_0", "1", "ecn_marked_ratio"))
+    assert got == (None if expected is None else pytest.approx(expected, rel=1e-3))
 
 
 def test_device_level_ecn_counter_matches_the_only_port() -> None:
     before = [ib("np_ecn_marked_roce_packets", 0, port=""), ib("port_rcv_packets", 0)]
-    after = [ib("np_ecn_marked_roce_packets", 10, port=""), ib("port_rcv_packets", 40)]
+    after = [ib("np_ecn_marked_roce_packets", 1000, port=""), ib("port_rcv_packets", 4000)]
     assert derived_after(before, after)[("mlx5_0", "1", "ecn_marked_ratio")] == 0.25
     two_ports = [*before, ib("port_rcv_packets", 0, port="2")]
-    assert derived_after(two_ports, [*after, ib("port_rcv_packets", 40, port="2")]) == {}  # ambiguous
+    assert derived_after(two_ports, [*after, ib("port_rcv_packets", 4000, port="2")]) == {}  # ambiguous
 
 
 def test_no_ecn_ratio_without_received_packets() -> None:
@@ -112,8 +127,12 @@ def test_nothing_derived_on_first_scrape() -> None:
 GIB8 = 8 * 2**30
 
 
+NCCL_NAMES = {"busbw": "busbw_bytes_per_second"}  # the collector's neutral names (collectors/nccl.py)
+
+
 def nccl(counter: str, value: float, op: str = "all_reduce", **labels: str) -> Reading:
-    return Reading("nccl", op, "", counter, value, "", Kind.GAUGE, labels_of(labels), counter, 0)
+    name = NCCL_NAMES.get(counter, counter)
+    return Reading("nccl", op, "", counter, value, "", Kind.GAUGE, labels_of(labels), name, 0)
 
 
 def ib_port(device: str, rate: float, *, state: float = 4.0, layer: str = "InfiniBand") -> list[Reading]:

@@ -49,7 +49,7 @@ def test_congested_fabric_link_is_blamed_with_pairs_and_receivers() -> None:
     inc = opened[0]
     assert inc.element == FAULT and inc.candidates[0].element == FAULT
     assert inc.started_ts == c.start + 12 * c.interval  # the first firing sample, not the for-expiry
-    assert "ecn_marked_fraction" in {e.signal for e in inc.evidence}
+    assert "ecn_marked_ratio" in {e.signal for e in inc.evidence}
     assert inc.summary.startswith(f"{FAULT} is congested since ")
     assert changes[-1].state is IncidentState.RESOLVED
 

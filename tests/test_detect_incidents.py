@@ -10,7 +10,7 @@ LC = Lifecycle(quiet_seconds=60, reopen_seconds=300, flap_count=3, flap_window_s
 
 
 def prop(ts: float, node: str = "node-001", severity: Severity = Severity.WARNING) -> Proposal:
-    ev = Evidence("ecn_marked_fraction", node, "mlx5_0", "1", 0.12, 0.02, ts)
+    ev = Evidence("ecn_marked_ratio", node, "mlx5_0", "1", 0.12, 0.02, ts)
     return Proposal(
         IncidentKind.CONGESTION,
         "leaf-01~spine-01",

@@ -29,20 +29,20 @@ def test_every_shipped_rule_explains_its_threshold_in_a_comment() -> None:
     ("body", "key"),
     [
         (
-            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: 'about 5'}\n",
+            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_ratio, condition: 'about 5'}\n",
             "rules[0].condition",
         ),
         ("rules:\n  - {name: a, kind: congestion, signal: nope, condition: '> 1'}\n", "rules[0].signal"),
-        ("rules:\n  - {name: a, kind: slowness, signal: ecn_marked_fraction, condition: '> 1'}\n", "rules[0].kind"),
+        ("rules:\n  - {name: a, kind: slowness, signal: ecn_marked_ratio, condition: '> 1'}\n", "rules[0].kind"),
         (
-            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '> 1', for: soon}\n",
+            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_ratio, condition: '> 1', for: soon}\n",
             "rules[0].for",
         ),
         (
-            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '> 1', tresh: 2}\n",
+            "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_ratio, condition: '> 1', tresh: 2}\n",
             "rules[0].tresh",
         ),
-        ("rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction}\n", "rules[0].condition"),
+        ("rules:\n  - {name: a, kind: congestion, signal: ecn_marked_ratio}\n", "rules[0].condition"),
         ("lifecycle: {quiet: never}\n", "lifecycle.quiet"),
         ("lifecycle: {flap_count: 0}\n", "lifecycle.flap_count"),
         ("rule: []\n", "rule"),
@@ -57,7 +57,7 @@ def test_a_bad_rule_names_its_file_and_key(tmp_path: Path, body: str, key: str) 
 
 
 def test_duplicate_rule_names_across_files_are_rejected(tmp_path: Path) -> None:
-    rule = "rules:\n  - {name: same, kind: congestion, signal: ecn_marked_fraction, condition: '> 1%'}\n"
+    rule = "rules:\n  - {name: same, kind: congestion, signal: ecn_marked_ratio, condition: '> 1%'}\n"
     (tmp_path / "a.yaml").write_text(rule)
     (tmp_path / "b.yaml").write_text(rule)
     with pytest.raises(RuleError, match=r"b.yaml: rules\[0\].name: duplicate rule name 'same' \(also in a.yaml\)"):
@@ -66,7 +66,7 @@ def test_duplicate_rule_names_across_files_are_rejected(tmp_path: Path) -> None:
 
 def test_percent_conditions_and_durations_are_normalized(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(
-        "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_fraction, condition: '>= 5%', clear: '< 1%',"
+        "rules:\n  - {name: a, kind: congestion, signal: ecn_marked_ratio, condition: '>= 5%', clear: '< 1%',"
         " window: 1m, for: 30s, severity: critical}\n"
     )
     (rule,) = load_rules([tmp_path], SIGNALS).rules

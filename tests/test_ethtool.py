@@ -20,12 +20,15 @@ from collectors.ethtool import (
     parse_ethtool_settings,
 )
 from fabricd.collector import CollectorConfigError, CollectorContext, build
-from fabricd.ethtool_names import NEUTRAL_UNITS, all_rules, is_queue_stat, neutral
+from fabricd.drivers.ethtool import all_rules, drivers, is_queue_stat, neutral
+from fabricd.drivers.vocabulary import VOCABULARY
 from fabricd.model import Kind, Reading
 from tests.helpers import CASES, need_binary
 from tests.netns import send_udp, veth_pair
 
 ETHTOOL_CASES = sorted(p for p in (CASES / "ethtool").iterdir() if p.is_dir())
+# The neutral names the ethtool tables map into, with the vocabulary's unit for each.
+NEUTRAL_UNITS = {r.name: VOCABULARY[r.name].unit for d in drivers() for r in d.rules}
 UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
 PREFIX = "fdnl"
 

@@ -110,7 +110,7 @@ def incident(state: IncidentState = IncidentState.OPEN, severity: Severity = Sev
         resolved_ts=1_700_000_600.0 if state is IncidentState.RESOLVED else None,
         candidates=[Candidate("leaf-02~spine-01", 0.93), Candidate("leaf-02", 0.41)],
         affected=["node-017|node-033", "node-018|node-040"],
-        evidence=[Evidence("ecn_marked_fraction", "node-033", "mlx5_0", "1", 0.12, 0.05, 1_700_000_050.0)],
+        evidence=[Evidence("ecn_marked_ratio", "node-033", "mlx5_0", "1", 0.12, 0.05, 1_700_000_050.0)],
     )
 
 
@@ -168,7 +168,7 @@ async def test_webhook_is_signed_and_retried_after_500(receiver: Receiver) -> No
     )
     assert inc["report"] == f"{BASE}/api/v1/incidents/42/report"
     link = inc["evidence"][0]["link"]
-    assert link.startswith(f"{BASE}/api/v1/series?node=node-033&device=mlx5_0&port=1&counter=ecn_marked_fraction")
+    assert link.startswith(f"{BASE}/api/v1/series?node=node-033&device=mlx5_0&port=1&counter=ecn_marked_ratio")
     assert sample_value(registry, "webhook-0", "delivered") == 1
     assert sample_value(registry, "webhook-0", "retried") == 2
     assert sample_value(registry, "webhook-0", "failed") == 0
@@ -245,7 +245,7 @@ async def test_slack_incoming_webhook_format(receiver: Receiver) -> None:
     assert att["title_link"] == f"{BASE}/api/v1/incidents/42/report"
     assert att["color"] == "#d62728"
     assert {
-        "title": "ecn_marked_fraction",
+        "title": "ecn_marked_ratio",
         "value": "0.12 (threshold 0.05) on node-033/mlx5_0/1",
         "short": False,
     } in att["fields"]

@@ -161,7 +161,7 @@ async def test_tbf_bottleneck_is_a_congestion_incident_on_its_link(lab: Lab, fle
     assert {(i.kind, i.element) for i in det.incidents.values()} == {(IncidentKind.CONGESTION, link)}, det.summary()
     (inc,) = det.of(IncidentKind.CONGESTION)
     assert inc.candidates[0].element == link
-    assert evidence_at(inc, "qdisc_overlimit_rate") == {lab.switch_port("h2")}  # the queue is at the switch
+    assert evidence_at(inc, "qdisc_overlimits_per_second") == {lab.switch_port("h2")}  # the queue is at the switch
     assert len(pairs_of(inc)) >= 3 and pairs_of(inc) <= crossing("h2"), inc.affected
     p99 = det.pair_values("rtt_p99", load + 2)  # once the queue has built
     slow, flat = median_of(p99, crossing("h2")), median_of(p99, set(permutations(HOSTS, 2)) - crossing("h2"))
@@ -190,7 +190,7 @@ async def test_small_fifo_drop_is_a_packet_loss_incident_on_its_link(lab: Lab, f
 
     def localized() -> bool:  # the switch port's drops and the lossy pairs both in the incident
         return any(
-            len(pairs_of(i)) >= 3 and lab.switch_port("h3") in evidence_at(i, "discard_rate")
+            len(pairs_of(i)) >= 3 and lab.switch_port("h3") in evidence_at(i, "discards_per_second")
             for i in det.of(IncidentKind.PACKET_LOSS)
         )
 
@@ -207,7 +207,7 @@ async def test_small_fifo_drop_is_a_packet_loss_incident_on_its_link(lab: Lab, f
     assert kinds <= {IncidentKind.PACKET_LOSS, IncidentKind.CONGESTION, IncidentKind.TAIL_LATENCY}, det.summary()
     (inc,) = det.of(IncidentKind.PACKET_LOSS)
     assert inc.candidates[0].element == link
-    assert lab.switch_port("h3") in evidence_at(inc, "discard_rate")
+    assert lab.switch_port("h3") in evidence_at(inc, "discards_per_second")
     assert pairs_of(inc) <= crossing("h3"), inc.affected
     sent, lost = det.pair_values("probes_sent", load + 3), det.pair_values("probes_lost", load + 3)
     others = set(permutations(HOSTS, 2)) - crossing("h3")

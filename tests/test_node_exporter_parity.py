@@ -32,7 +32,13 @@ from fabricd.sim.sysfstree import KINDS, random_tree
 from tests.helpers import CASES, REPO, need_binary
 
 CASE_DIR = CASES / "infiniband"
-CASE_NAMES = sorted(p.name for p in CASE_DIR.iterdir() if (p / "sys").is_dir())
+# node_exporter 1.5 drops the whole tree when one port lacks counters/ (bnxt_re): those cases are
+# left out here, as the bnxt_re kind is from the random trees.
+CASE_NAMES = sorted(
+    p.name
+    for p in CASE_DIR.iterdir()
+    if (p / "sys").is_dir() and all((port / "counters").is_dir() for port in p.glob("sys/class/infiniband/*/ports/*"))
+)
 E2E = CASE_DIR / "node_exporter" / "e2e-output.prom"
 # node_exporter 1.5 drops the whole tree when one port lacks counters/ (bnxt_re): leave those out.
 PEER_KINDS = tuple(k for k in KINDS if k != "bnxt_re")

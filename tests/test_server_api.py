@@ -314,7 +314,7 @@ def incident(
         resolved_ts=now if state is IncidentState.RESOLVED else None,
         candidates=[Candidate("leaf-01~spine-02", 0.9), Candidate("leaf-01", 0.4)],
         affected=["node-a"],
-        evidence=[Evidence("xmit_wait_fraction", "node-a", "mlx5_0", "1", 0.4, 0.1, now - 10)],
+        evidence=[Evidence("xmit_wait_ratio", "node-a", "mlx5_0", "1", 0.4, 0.1, now - 10)],
         timeline=list(timeline),
     )
 
@@ -326,7 +326,7 @@ async def test_incident_lifecycle_through_the_api(api: Api) -> None:
     assert [i["id"] for i in listed] == [inc_id]
     detail = (await api.get(f"/api/v1/incidents/{inc_id}")).json()
     assert detail["candidates"][0] == {"element": "leaf-01~spine-02", "score": 0.9}
-    assert detail["evidence"][0]["signal"] == "xmit_wait_fraction"
+    assert detail["evidence"][0]["signal"] == "xmit_wait_ratio"
     acked = await api.post(f"/api/v1/incidents/{inc_id}/ack", json={"note": "looking", "by": "alice"})
     assert acked.status_code == 200 and acked.json()["state"] == "acked" and acked.json()["acked_by"] == "alice"
     # The engine keeps updating the incident: the engineer's ack survives.

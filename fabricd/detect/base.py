@@ -11,7 +11,7 @@ from fabricd.detect.incidents import Proposal, max_severity
 from fabricd.detect.localize import Cluster, Localizer, Symptom
 from fabricd.model import Candidate, Evidence, IncidentKind
 
-PAIR_SIGNALS = frozenset({"probe_loss_fraction", "rtt_p99_outlier"})
+PAIR_SIGNALS = frozenset({"probe_loss_ratio", "rtt_p99_outlier"})
 
 
 @dataclass(slots=True)

@@ -3,8 +3,8 @@ localized by the pairs whose RTT went up.
 
 A busy link is not a congested one: utilization alone never fires (it is kept as context in the
 evidence). The signals that fire are the ones a congested queue produces: packets marked CE at the
-receivers behind it (``ecn_marked_fraction``, ``cnp_sent_rate``), senders throttled
-(``cnp_handled_rate``), credit starvation (``xmit_wait_fraction``), a standing qdisc backlog.
+receivers behind it (``ecn_marked_ratio``, ``cnp_sent_packets_per_second``), senders throttled
+(``cnp_handled_packets_per_second``), credit starvation (``xmit_wait_ratio``), a standing qdisc backlog.
 
 Receivers' ECN marks and CNPs say a flow into them crossed a congested queue, not which one; the
 pairs whose p99 RTT rose above their baseline say which links; ``cluster_network`` folds the
@@ -31,8 +31,10 @@ from fabricd.detect.base import EvalContext, Evidence3, PairGuard, by_leaf, clus
 from fabricd.detect.incidents import Proposal
 from fabricd.model import IncidentKind
 
-STRONG = frozenset({"ecn_marked_fraction", "cnp_sent_rate", "qdisc_backlog_bytes", "qdisc_overlimit_rate"})
-WEAK = frozenset({"cnp_handled_rate", "xmit_wait_fraction"})
+STRONG = frozenset(
+    {"ecn_marked_ratio", "cnp_sent_packets_per_second", "qdisc_backlog_bytes", "qdisc_overlimits_per_second"}
+)
+WEAK = frozenset({"cnp_handled_packets_per_second", "xmit_wait_ratio"})
 
 
 # RTT alone blames a queue only inside the fabric: slow pairs that all share one end host may be the

@@ -24,7 +24,7 @@ from fabricd.detect.incidents import IncidentBook, Proposal
 from fabricd.detect.latency import BaselineParams, Baselines
 from fabricd.detect.localize import Localizer, PathOracle
 from fabricd.detect.rules import Rule, RuleSet, load_rules
-from fabricd.detect.signals import IB, RAW_NAMED, SIGNALS, WANTED, Extractor, Record
+from fabricd.detect.signals import IB, SIGNALS, WANTED, Extractor, Record
 from fabricd.model import Incident, IncidentKind, Kind, Labels, Sample
 
 # Detectors in precedence order: a root cause found first claims the symptoms it explains.
@@ -37,10 +37,9 @@ class DetectionEngine:
     ) -> None:
         self.rules = rules if rules is not None else load_rules(rule_paths, SIGNALS)
         self.tol = round_tolerance  # samples this close in time belong to one scrape round
-        p = self.rules.param
         self.tracker = Tracker(self.rules.lifecycle.stale_seconds)
         self.book = IncidentBook(self.rules.lifecycle)
-        self.extractor = Extractor(self._emit, p("min_packets_per_second", 1000.0))
+        self.extractor = Extractor(self._emit)
         self.rtt = Baselines(_baseline(self.rules, "rtt"), round_tolerance)
         self.nccl = Baselines(_baseline(self.rules, "nccl"), round_tolerance)
         self.localizer = Localizer()
@@ -82,7 +81,7 @@ class DetectionEngine:
             wanted = WANTED.get(src)
             if wanted is None:
                 continue
-            metric = r.counter if src in RAW_NAMED else (r.name or r.counter)
+            metric = r.name or r.counter  # the neutral name, whatever the source or driver
             if metric not in wanted or r.kind is Kind.INFO or r.kind is Kind.EVENT:
                 continue
             ts = s.ts
@@ -98,7 +97,14 @@ class DetectionEngine:
             if not rec.dirty:
                 rec.ts, rec.dirty = ts, True
                 self._dirty.append(rec)
-            rec.values[(metric, r.port, r.labels)] = s.rate if r.kind is Kind.COUNTER else r.value
+            scope = rec.scopes.get(where := (r.port, r.labels))
+            if scope is None:
+                scope = rec.scopes[where] = {}
+            value = s.rate if r.kind is Kind.COUNTER else r.value
+            if value is None:
+                scope.pop(metric, None)  # no honest rate this scrape: no input (a repeat's last wins)
+            else:
+                scope[metric] = value
         if self._dirty or self._round_ts > self._last_eval:
             self._evaluate(self._round_ts, changed)
         return list(changed.values())
@@ -123,7 +129,7 @@ class DetectionEngine:
             )
             self._observe("nccl_time_outlier", node, device, port, labels, ts, fleet)
             return
-        if signal == "probe_loss_fraction":
+        if signal == "probe_loss_ratio":
             self._pairs[(node, device)] = ts
         self._observe(signal, node, device, port, labels, ts, value)
 

@@ -4,12 +4,12 @@ In a lossless (PFC) fabric a switch whose egress queue for a priority fills paus
 feed it; every flow of that priority through a paused port stops, including flows headed elsewhere
 (DOMAIN.md). What the hosts see:
 
-* **victims**: ``rx_pause_fraction`` high (their NIC is being paused by the leaf) while their own
+* **victims**: ``rx_pause_ratio`` high (their NIC is being paused by the leaf) while their own
   receive side shows no congestion;
-* **a PFC storm root**: a NIC that keeps pausing its switch: ``tx_pause_fraction`` near 1 and/or the
+* **a PFC storm root**: a NIC that keeps pausing its switch: ``tx_pause_ratio`` near 1 and/or the
   NIC's pause-storm watchdog events (``tx_pause_storm_*_events``, mlx5);
 * **an HOL root**: the congested receiver behind the pauses: the port with the congestion signal
-  (ECN marks, CNPs sent) or moderate ``tx_pause_fraction`` on the leaf where the victims cluster.
+  (ECN marks, CNPs sent) or moderate ``tx_pause_ratio`` on the leaf where the victims cluster.
 
 The root is the incident's element; victims are ``affected``. Pauses spread along the tree: victims
 on the root's leaf are paused most, hosts elsewhere sending into that leaf less, which is why the
@@ -25,7 +25,7 @@ does not look like this: only the pairs crossing it are slow, and every port als
 
 Whatever the root, the pauses' victims are its symptoms, not incidents of their own: slow pairs with
 an end on a paused or stalled port, the NCCL slowdowns of those nodes, and the throttled senders'
-CNPs (``cnp_handled_rate``) are claimed by the storm or HOL incident.
+CNPs (``cnp_handled_packets_per_second``) are claimed by the storm or HOL incident.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from fabricd.detect.incidents import Proposal
 from fabricd.model import Candidate, IncidentKind
 
 ROOT_SIGNALS = (
-    "ecn_marked_fraction",
-    "cnp_sent_rate",
-    "tx_pause_fraction",
-    "xmit_wait_fraction",
+    "ecn_marked_ratio",
+    "cnp_sent_packets_per_second",
+    "tx_pause_ratio",
+    "xmit_wait_ratio",
     "qdisc_backlog_bytes",
 )
 VICTIM_SIGNALS = ("rtt_p99_outlier", "nccl_time_outlier")  # what a paused host's pairs and jobs show
-THROTTLED = ("cnp_handled_rate", "xmit_wait_fraction")  # senders slowed by someone else's queue
+THROTTLED = ("cnp_handled_packets_per_second", "xmit_wait_ratio")  # senders slowed by someone else's queue
 
 
 def propose(ctx: EvalContext) -> list[Proposal]:
@@ -63,7 +63,7 @@ def _storms(ctx: EvalContext) -> list[Proposal]:
     for hca, found in sorted(roots.items()):
         victims = _victims(ctx, exclude=hca)
         ctx.claim(found + victims)
-        ctx.claim(f for f in ctx.signal("rx_pause_fraction", "tx_pause_fraction") if ctx.hca(f) == hca)
+        ctx.claim(f for f in ctx.signal("rx_pause_ratio", "tx_pause_ratio") if ctx.hca(f) == hca)
         leaf = ctx.localizer.leaf(hca)
         stalled = {p for p in _stalled_ports(ctx) if leaf is None or ctx.localizer.leaf(p) == leaf}
         _claim_victims(ctx, {hca} | {ctx.hca(f) for f in victims} | stalled, found)
@@ -79,12 +79,12 @@ def _storms(ctx: EvalContext) -> list[Proposal]:
 def _victims(ctx: EvalContext, exclude: str) -> list[Finding]:
     """Every paused port other than the root: pauses spread upstream through the spines, so hosts
     on other leaves sending into the root's leaf are its victims too."""
-    paused = ctx.of([IncidentKind.HOL_BLOCKING], ["rx_pause_fraction"])
+    paused = ctx.of([IncidentKind.HOL_BLOCKING], ["rx_pause_ratio"])
     return [f for f in paused if ctx.hca(f) != exclude]
 
 
 def _hol(ctx: EvalContext) -> list[Proposal]:
-    victims = [f for f in ctx.of([IncidentKind.HOL_BLOCKING], ["rx_pause_fraction"])]
+    victims = [f for f in ctx.of([IncidentKind.HOL_BLOCKING], ["rx_pause_ratio"])]
     stalled = _stalled_ports(ctx)
     if victims:
         leaf = _dominant_leaf(ctx, victims)

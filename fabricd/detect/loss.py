@@ -20,8 +20,8 @@ from fabricd.detect.base import EvalContext, Evidence3, by_leaf, cluster_network
 from fabricd.detect.incidents import Proposal
 from fabricd.model import IncidentKind
 
-STRONG = frozenset({"phy_error_rate", "discard_rate"})
-WEAK = frozenset({"seq_error_rate", "retransmit_rate"})
+STRONG = frozenset({"phy_errors_per_second", "discards_per_second"})
+WEAK = frozenset({"sequence_errors_per_second", "retransmits_per_second"})
 
 
 def propose(ctx: EvalContext) -> list[Proposal]:
@@ -32,8 +32,8 @@ def propose(ctx: EvalContext) -> list[Proposal]:
 
 def _flaps(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.LINK_FLAP])
-    ports = [f for f in found if f.signal == "link_down_rate"]
-    pairs = [f for f in found if f.signal == "probe_loss_fraction"]
+    ports = [f for f in found if f.signal == "link_downs_per_second"]
+    pairs = [f for f in found if f.signal == "probe_loss_ratio"]
     out = cluster_network(ctx, IncidentKind.LINK_FLAP, Evidence3(pairs, ports, []), "is flapping", absorb_strong=False)
     # Between outages the flap incident is still open: its probe loss is still the flap's.
     _claim_crossing(ctx, [p.element for p in out] + sorted(ctx.open_elements.get(IncidentKind.LINK_FLAP, ())))
@@ -43,7 +43,7 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
 def _loss(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.PACKET_LOSS])
     ev = Evidence3(
-        [f for f in found if f.signal == "probe_loss_fraction"],
+        [f for f in found if f.signal == "probe_loss_ratio"],
         [f for f in found if f.signal in STRONG],
         [f for f in found if f.signal in WEAK],
     )
@@ -65,8 +65,8 @@ def _claim_crossing(ctx: EvalContext, elements: list[str]) -> None:
     if not elements:
         return
     blamed = set(elements)
-    for f in ctx.signal("probe_loss_fraction", "seq_error_rate", "retransmit_rate", "rtt_p99_outlier"):
-        if f.signal in ("probe_loss_fraction", "rtt_p99_outlier"):
+    for f in ctx.signal("probe_loss_ratio", "sequence_errors_per_second", "retransmits_per_second", "rtt_p99_outlier"):
+        if f.signal in ("probe_loss_ratio", "rtt_p99_outlier"):
             alts = ctx.localizer.pair_paths(f.node, f.device)
             if any(blamed & alt for alt in alts):
                 ctx.claim([f])

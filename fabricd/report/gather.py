@@ -13,8 +13,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from fabricd.detect.signals import DISCARDS, LINK_DOWNS, PHY_ERRORS, RETRANSMITS, SEQ_ERRORS
-from fabricd.model import Kind, Reading, Sample, Status
+from fabricd import signal_table as table
+from fabricd.model import Kind, Labels, Reading, Sample, Status
 from fabricd.perfmodel import OPS, predict
 from fabricd.portview import LINK_RATE, PAUSE, RX_BYTES, TX_BYTES, XMIT_WAIT, port_views, select_ports
 from fabricd.progress import Step, quiet
@@ -30,6 +30,7 @@ from fabricd.report.data import (
     Window,
 )
 from fabricd.report.source import Source
+from fabricd.signal_math import scopes
 
 RAW_MAX_SECONDS = 3600.0
 TARGET_POINTS = 600
@@ -39,22 +40,6 @@ SERIES_LIMIT = 1000  # the series route's maximum; reaching it means the answer 
 THROUGHPUT = (("port_receive_data", "port_transmit_data"), ("rx_bytes", "tx_bytes"))
 PING_P99, PING_SENT, PING_LOST = "rtt_p99_seconds", "probes_sent", "probes_lost"
 MAX_SIGNAL_SERIES = 4  # per port: the plot stays readable
-# Detector signals are computed from stored counters (fabricd/detect/signals.py, its table); the
-# report plots a signal's stored series when there is one, else the counters it is computed from.
-SIGNAL_INPUTS: dict[str, tuple[str, ...]] = {
-    "ecn_marked_fraction": ("np_ecn_marked_roce_packets",),
-    "cnp_sent_rate": ("np_cnp_sent",),
-    "cnp_handled_rate": ("rp_cnp_handled",),
-    "xmit_wait_fraction": ("port_xmit_wait",),
-    "rx_pause_fraction": ("rx_pause_duration",),
-    "tx_pause_fraction": ("tx_pause_duration",),
-    "pause_storm_rate": ("tx_pause_storm_warning_events", "tx_pause_storm_error_events"),
-    "phy_error_rate": PHY_ERRORS,
-    "discard_rate": DISCARDS,
-    "seq_error_rate": SEQ_ERRORS,
-    "retransmit_rate": RETRANSMITS,
-    "link_down_rate": LINK_DOWNS,
-}
 STEPS = 6  # progress: incidents, ports, pingmesh, nccl, hottest ports, then the drawing (build_report)
 
 
@@ -206,18 +191,49 @@ def _port_panel(src: Source, data: ReportData, node: str, device: str, port: str
     panel = PortPanel(node, device, rows[0]["port"] if port is None else port, [to_series(r) for r in rows])
     for signal in _signals_at(data.incidents, node, device):
         found = _signal_series(src, data.window, panel, signal)
-        panel.signals += [to_series(r) for r in found][: MAX_SIGNAL_SERIES - len(panel.signals)]
+        panel.signals += found[: MAX_SIGNAL_SERIES - len(panel.signals)]
         if not found:
             panel.missing.append(signal)
     return panel
 
 
-def _signal_series(src: Source, window: Window, panel: PortPanel, signal: str) -> list[dict[str, Any]]:
+def _signal_series(src: Source, window: Window, panel: PortPanel, signal: str) -> list[Series]:
+    """The signal's stored series (the agent's derived signals are stored), else the signal computed
+    from its stored inputs by its one function (``fabricd.signal_table``), as the detectors did."""
     where = {"node": panel.node, "device": panel.device, "port": panel.port}
     found = fetch_series(src, window, counter=signal, **where)
     if found:
-        return found
-    return [r for name in SIGNAL_INPUTS.get(signal, ()) for r in fetch_series(src, window, counter=name, **where)]
+        return [to_series(r) for r in found]
+    spec = table.BY_NAME.get(signal)
+    return computed_series(src, window, panel, spec) if spec is not None and spec.compute else []
+
+
+def computed_series(src: Source, window: Window, panel: PortPanel, spec: table.Signal) -> list[Series]:
+    """``spec`` at each stored point of its inputs on the panel's port, per source and labels: the
+    inputs of one scrape (or bucket) are split into the table's scopes and the signal evaluated."""
+    names = sorted({n for slot in spec.inputs for n in slot})
+    rows = [r for n in names for r in fetch_series(src, window, node=panel.node, device=panel.device, counter=n)]
+    points: dict[tuple[str, float], dict[tuple[str, str, Labels], float | None]] = {}
+    for row in rows:
+        key = (row["name"], row["port"], tuple(sorted(row["labels"].items())))
+        value = "rate" if row["kind"] == Kind.COUNTER.value else "value"
+        for p in row["points"]:
+            points.setdefault((row["source"], p["ts"]), {})[key] = p[value]
+    out: dict[tuple[str, Labels], Series] = {}
+    step = rows[0]["step_seconds"] if rows else None
+    for (source, ts), values in sorted(points.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        for (port, labels), scope in scopes(values).items():
+            if port != panel.port:
+                continue
+            for _, v in table.evaluate(scope, (spec,)):
+                series = out.setdefault((source, labels), _empty(panel, spec, step))
+                series.ts.append(ts)
+                series.values.append(v)
+    return list(out.values())
+
+
+def _empty(panel: PortPanel, spec: table.Signal, step: float | None) -> Series:
+    return Series(panel.node, panel.device, panel.port, spec.name, spec.unit, Kind.GAUGE.value, step)
 
 
 # --- pingmesh ---------------------------------------------------------------------------------------

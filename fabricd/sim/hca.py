@@ -7,9 +7,11 @@ is derived from the total the way the hardware presents it:
   ``port_rcv_data`` count **4-octet words** (kernel ABI sysfs-class-infiniband), so the model adds
   bytes / 4.
 - the narrow PortCounters **saturate** at all ones (IBA 16.1.3.5, "shall not wrap"): widths from
-  ``fabricd.sim.sysfstree.PORT_COUNTERS_BASE`` (symbol_error 16, link_downed 8, ... port_xmit_wait 32).
-- mlx5 ``hw_counters`` Q counters are 32-bit and **wrap** (drivers/infiniband/hw/mlx5/counters.c,
-  query_q_counter_out fields are __be32); the congestion counters (np_*, rp_*) are 64-bit.
+  the table the collector reads (``fabricd.drivers.ib.pma``: symbol_error 16, link_downed 8, ...
+  port_xmit_wait 32).
+- mlx5 ``hw_counters`` Q counters are 32-bit and **wrap** (``fabricd.drivers.ib.mlx5``, from
+  drivers/infiniband/hw/mlx5/counters.c: query_q_counter_out fields are __be32); the congestion
+  counters (np_*, rp_*) are 64-bit.
 - ethtool statistics are u64 (struct ethtool_stats).
 """
 
@@ -18,22 +20,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from fabricd.drivers.ib import Counter, mlx5, pma
 from fabricd.sim.sysfstree import MLX5_CONG_COUNTERS, MLX5_Q_COUNTERS, PORT_COUNTERS_BASE
 
 # counters/ as on the gpud H100 capture (kernel >= 4.5: base + extended data/packet counters).
-COUNTERS_DATA = (
-    "port_xmit_data",
-    "port_rcv_data",
-    "port_xmit_packets",
-    "port_rcv_packets",
-    "unicast_xmit_packets",
-    "unicast_rcv_packets",
-    "multicast_xmit_packets",
-    "multicast_rcv_packets",
-)
+COUNTERS_DATA = tuple(c.raw for c in (*pma.DATA, *pma.EXT_ONLY))
 # hw_counters/ of a ConnectX-7 port on the gpud capture: the Q counters plus rx_icrc_encapsulated
 # (a 64-bit PPCNT counter) and ``lifespan`` (the cache time in ms, not a counter).
-HW_EXTRA_64 = ("rx_icrc_encapsulated",)
+HW_EXTRA_64 = tuple(c.raw for c in mlx5.PPCNT)
 LIFESPAN_MS = 12  # the value on the gpud capture
 PFC_PRIORITY = 3  # RoCE traffic class with PFC enabled (the common DSCP 26 -> priority 3 setup)
 
@@ -128,8 +122,12 @@ def _hw(roce: bool, rng: random.Random) -> CounterTable:
         totals.update({name: 0.0 for name in MLX5_CONG_COUNTERS})
         totals["np_ecn_marked_roce_packets"] = rng.uniform(1e4, 1e6)
         totals["np_cnp_sent"] = totals["rp_cnp_handled"] = rng.uniform(1e3, 1e5)
-    wrapping = {name: 32 for name in MLX5_Q_COUNTERS}
-    return CounterTable(totals, {}, wrapping)
+    return CounterTable(totals, {}, wrapping(mlx5.DRIVER.counters, totals))
+
+
+def wrapping(rows: tuple[Counter, ...], totals: dict[str, float]) -> dict[str, int]:
+    """Widths of the simulated counters that wrap, from the driver's table."""
+    return {c.raw: c.width for c in rows if c.raw in totals and 0 < c.width < 64 and not c.saturates}
 
 
 # ``ethtool -S`` of an mlx5 port (non-queue statistics of the ConnectX-4 Lx capture in

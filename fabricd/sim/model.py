@@ -13,6 +13,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from fabricd.signal_math import XMIT_WAIT_BYTES_PER_TICK
 from fabricd.sim import faults as faults_mod
 from fabricd.sim.fabric import MTU_BYTES, Fabric, Flow, ProbePair, build, stable_hash
 from fabricd.sim.hca import PFC_PRIORITY, HcaPortState, new_port
@@ -20,10 +21,9 @@ from fabricd.sim.scenario import Scenario
 
 P = PFC_PRIORITY
 # XmitWait: one tick per 8 bytes the port could have sent (DOMAIN.md: lost bytes ~ ticks x 8, the
-# reading fabricd.derived uses), so the "lost bandwidth" a detector derives is what the model lost.
-# At that scale the 32-bit, saturating counter fills within seconds of heavy stalling, as real ones
-# do (node_exporter's fixture holds 4294967295): after that it says "unknown", never a rate.
-XMIT_WAIT_BYTES_PER_TICK = 8.0
+# reading fabricd.signal_math uses), so the "lost bandwidth" a detector derives is what the model
+# lost. At that scale the 32-bit, saturating counter fills within seconds of heavy stalling, as real
+# ones do (node_exporter's fixture holds 4294967295): after that it says "unknown", never a rate.
 PAUSE_FRAME_SECONDS = 40e-6  # a paused link is refreshed about every half quanta period at 400G
 CNP_PER_MARKED = 0.5  # CNPs are rate-limited per QP (mlx5 min_time_between_cnps), fewer than marks
 RDMA_WRITE_BYTES = 65536  # bytes per RDMA write request (rx_write_requests), NCCL's chunking order

@@ -31,6 +31,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fabricd.drivers.ib import bnxt_re, mlx5, pma
+from fabricd.model import Kind
+
 
 class Raw(str):
     """File content written verbatim (no newline added)."""
@@ -39,76 +42,15 @@ class Raw(str):
 Value = int | str
 Counters = Mapping[str, Value]
 
-# Counter names and widths as the kernel exposes them (drivers/infiniband/core/sysfs.c).
-PORT_COUNTERS_BASE: dict[str, int] = {
-    "symbol_error": 16,
-    "link_error_recovery": 8,
-    "link_downed": 8,
-    "port_rcv_errors": 16,
-    "port_rcv_remote_physical_errors": 16,
-    "port_rcv_switch_relay_errors": 16,
-    "port_xmit_discards": 16,
-    "port_xmit_constraint_errors": 8,
-    "port_rcv_constraint_errors": 8,
-    "local_link_integrity_errors": 4,
-    "excessive_buffer_overrun_errors": 4,
-    "VL15_dropped": 16,
-    "port_xmit_wait": 32,
-}
-PORT_COUNTERS_DATA: tuple[str, ...] = (
-    "port_xmit_data",
-    "port_rcv_data",
-    "port_xmit_packets",
-    "port_rcv_packets",
-)
-PORT_COUNTERS_EXT_ONLY: tuple[str, ...] = (
-    "unicast_xmit_packets",
-    "unicast_rcv_packets",
-    "multicast_xmit_packets",
-    "multicast_rcv_packets",
-)
-COUNTERS_EXT: tuple[str, ...] = (
-    "port_xmit_data_64",
-    "port_rcv_data_64",
-    "port_xmit_packets_64",
-    "port_rcv_packets_64",
-    "port_unicast_xmit_packets",
-    "port_unicast_rcv_packets",
-    "port_multicast_xmit_packets",
-    "port_multicast_rcv_packets",
-)
-MLX5_Q_COUNTERS: tuple[str, ...] = (
-    "duplicate_request",
-    "implied_nak_seq_err",
-    "local_ack_timeout_err",
-    "out_of_buffer",
-    "out_of_sequence",
-    "packet_seq_err",
-    "req_cqe_error",
-    "req_cqe_flush_error",
-    "req_remote_access_errors",
-    "req_remote_invalid_request",
-    "resp_cqe_error",
-    "resp_cqe_flush_error",
-    "resp_local_length_error",
-    "resp_remote_access_errors",
-    "rnr_nak_retry_err",
-    "roce_adp_retrans",
-    "roce_adp_retrans_to",
-    "roce_slow_restart",
-    "roce_slow_restart_cnps",
-    "roce_slow_restart_trans",
-    "rx_atomic_requests",
-    "rx_dct_connect",
-    "rx_read_requests",
-    "rx_write_requests",
-)
-MLX5_CONG_COUNTERS: tuple[str, ...] = (
-    "np_cnp_sent",
-    "np_ecn_marked_roce_packets",
-    "rp_cnp_handled",
-    "rp_cnp_ignored",
-)
+# Counter names and widths from the tables the collector reads (fabricd/drivers/ib/): one copy.
+PORT_COUNTERS_BASE: dict[str, int] = {c.raw: c.width for c in pma.BASE}  # narrow, saturating
+PORT_COUNTERS_DATA: tuple[str, ...] = tuple(c.raw for c in pma.DATA)
+PORT_COUNTERS_EXT_ONLY: tuple[str, ...] = tuple(c.raw for c in pma.EXT_ONLY)
+COUNTERS_EXT: tuple[str, ...] = tuple(c.raw for c in pma.COUNTERS_EXT)
+# The mlx5 counters every ConnectX-7 has (the optional ones need a newer kernel or firmware: the
+# gpud capture the simulator copies has none of them).
+MLX5_Q_COUNTERS: tuple[str, ...] = tuple(sorted(c.raw for c in mlx5.Q_COUNTERS if not c.optional))
+MLX5_CONG_COUNTERS: tuple[str, ...] = tuple(sorted(c.raw for c in mlx5.CONGESTION))
 
 STATES: dict[int, str] = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 PHYS_STATES: dict[int, str] = {
@@ -248,6 +190,14 @@ def _remove_unwanted(top: Path, wanted: set[Path]) -> None:
 # --- randomized trees (parity tests, fuzzing) --------------------------------------------------
 
 KINDS: tuple[str, ...] = ("mlx5", "mlx4_legacy", "iwarp", "bnxt_re", "hfi1")
+# The kernel's device names per kind (ib_register_device's "mlx5_%d", "bnxt_re%d", ...).
+DEVICE_NAMES: dict[str, str] = {
+    "mlx5": "mlx5_",
+    "mlx4_legacy": "mlx4_",
+    "iwarp": "i40iw",
+    "bnxt_re": "bnxt_re",
+    "hfi1": "hfi1_",
+}
 
 
 def random_tree(root: Path, rng: random.Random, kinds: tuple[str, ...] = KINDS) -> dict[str, DeviceTree]:
@@ -262,7 +212,7 @@ def random_tree(root: Path, rng: random.Random, kinds: tuple[str, ...] = KINDS) 
     devices: dict[str, DeviceTree] = {}
     for i in range(rng.randint(0, 4)):
         kind = rng.choice(kinds)
-        devices[f"{kind.split('_')[0]}_{i}"] = _random_device(kind, rng)
+        devices[f"{DEVICE_NAMES[kind]}{i}"] = _random_device(kind, rng)
     write_infiniband_tree(root, devices)
     return devices
 
@@ -322,8 +272,11 @@ def _random_hw(kind: str, rng: random.Random) -> Counters | None:
         hw.update(_random_counters(MLX5_CONG_COUNTERS, 61, rng))
         hw["lifespan"] = "10"
         return hw
-    if kind == "bnxt_re":
-        return _random_counters(("rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes", "active_qps"), 61, rng)
+    if kind == "bnxt_re":  # every counter of a gen P5 chip; the levels (active_qps) stay small
+        rows = bnxt_re.DRIVER.counters
+        hw = dict(_random_counters(tuple(c.raw for c in rows if c.kind is Kind.COUNTER), 61, rng))
+        hw.update(_random_counters(tuple(c.raw for c in rows if c.kind is Kind.GAUGE), 14, rng))
+        return hw
     return None
 
 

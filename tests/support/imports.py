@@ -6,7 +6,9 @@ are the console scripts of ``pyproject.toml``, ``python -m fabricd`` and the Ale
 follows every import statement, inside functions too (grimp's graph, the one import-linter checks),
 and every string literal that names a module, which is how fabricd loads code lazily
 (``collectors.REGISTRY``'s ``"collectors.infiniband:InfinibandCollector"``, ``fabricd.cli``'s
-``COMMAND_MODULES``, ``python -m fabricd.sim.standin``). What the walk never reaches and the tests
+``COMMAND_MODULES``, ``python -m fabricd.sim.standin``), and a package that loads every module of
+its own with ``fabricd.drivers.discover`` (the driver tables) imports them all. What the walk never
+reaches and the tests
 import is a test harness in the product: it belongs in ``tests/support/``.
 
     python -m tests.support.imports [ROOT]     # prints {module: [its importers]} as JSON
@@ -61,9 +63,13 @@ def unreachable(root: Path) -> dict[str, list[str]]:
     graph = grimp.build_graph(*PRODUCT, "tests", include_external_packages=False, cache_dir=None)
     product = {m for m in graph.modules if m.split(".")[0] in PRODUCT}
     for module in product:
-        for named in named_modules(module_file(root, module).read_text(), product):
+        source = module_file(root, module).read_text()
+        for named in named_modules(source, product):
             if named != module:
                 graph.add_import(importer=module, imported=named)
+        if "discover(__name__, __path__" in source:  # pkgutil: every module of the package is loaded
+            for child in graph.find_children(module):
+                graph.add_import(importer=module, imported=child)
     reached = set()
     for start in entry_points(root, product):
         reached |= {start} | graph.find_upstream_modules(start)

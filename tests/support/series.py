@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabricd.drivers import ib
+from fabricd.drivers.ib import pma
 from fabricd.model import Incident, Kind, Reading, Sample, Status, labels_of
 
 LINK_BYTES_PER_SECOND = 400 * 125_000_000.0  # 400 Gb/s
@@ -60,11 +62,18 @@ def ib_port(
     link_rate: float = LINK_BYTES_PER_SECOND,
     state: float = 4.0,
 ) -> list[Sample]:
-    """One InfiniBand/RoCE HCA port scrape: counters/ and hw_counters/ rates, state and rate gauges."""
-    out = [counter(ts, "infiniband", device, m, v, port="1") for m, v in rates.items()]
-    out.append(gauge(ts, "infiniband", device, "rate", link_rate, port="1"))
-    out.append(gauge(ts, "infiniband", device, "state", state, port="1"))
+    """One InfiniBand/RoCE HCA port scrape: counters/ and hw_counters/ rates (mlx5 file names, read
+    with their neutral names as the collector does), state and rate gauges."""
+    out = [counter(ts, "infiniband", device, m, v, port="1", name=mlx5_name(m)) for m, v in rates.items()]
+    out.append(gauge(ts, "infiniband", device, "rate", link_rate, port="1", name="link_rate"))
+    out.append(gauge(ts, "infiniband", device, "state", state, port="1", name="port_state"))
     return out
+
+
+def mlx5_name(raw: str) -> str:
+    """The neutral name the infiniband collector gives an mlx5 counters/ or hw_counters/ file."""
+    row = pma.COUNTERS.get(raw) or ib.hw_counter("mlx5", raw)
+    return row.name if row is not None and row.name else raw
 
 
 def healthy_rates(utilization: float = 0.6) -> dict[str, float | None]:
@@ -109,12 +118,13 @@ def pause(ts: float, ifname: str, direction: str, fraction: float, priority: str
 def probes(ts: float, peer: str, sent: float, lost: float, p99: float | None) -> list[Sample]:
     out = [counter(ts, "pingmesh", peer, "probes_sent", sent), counter(ts, "pingmesh", peer, "probes_lost", lost)]
     if p99 is not None:
-        out.append(gauge(ts, "pingmesh", peer, "rtt_p99", p99))
+        out.append(gauge(ts, "pingmesh", peer, "rtt_p99", p99, name="rtt_p99_seconds"))
     return out
 
 
 def nccl_time(ts: float, op: str, size: int, seconds: float) -> Sample:
-    return gauge(ts, "nccl", op, "time", seconds, labels={"size": str(size), "placement": "out_of_place"})
+    labels = {"size": str(size), "placement": "out_of_place"}
+    return gauge(ts, "nccl", op, "time", seconds, labels=labels, name="time_seconds")
 
 
 @dataclass

@@ -1,0 +1,154 @@
+"""NVIDIA/Mellanox mlx5 (ConnectX-4 and later, BlueField) ``hw_counters/``, port and device level.
+
+Source: ``drivers/infiniband/hw/mlx5/counters.c``. The Q counters (``basic_q_cnts``,
+``out_of_seq_q_cnts``, ``retrans_q_cnts``, ``extended_err_cnts``, ``roce_accl_cnts``) are read from
+``query_q_counter_out`` as ``__be32`` and **wrap** at 2^32; the congestion counters (``cong_cnts``,
+``query_cong_statistics_out`` ``*_high``/``*_low``), the PPCNT counter and the optional counters
+(flow counters) are 64 bit. Help texts follow NVIDIA's "Understanding mlx5 Linux Counters".
+
+Not mapped: ``vport_*`` (switchdev representors' copies of the Q counters) and the optional
+``cc_rx_ce_pkts``, ``cc_rx_cnp_pkts``, ``cc_tx_cnp_pkts``, which count what
+``np_ecn_marked_roce_packets``, ``rp_cnp_handled`` and ``np_cnp_sent`` count: one port must not feed
+one neutral series twice. They pass through under their raw names (64-bit defaults).
+"""
+
+from __future__ import annotations
+
+from fabricd.drivers.ib import Counter, HwDriver
+
+FILE = "drivers/infiniband/hw/mlx5/counters.c"
+
+
+def _q(raw: str, name: str, table: str, help: str, *, optional: bool = False, unit: str = "") -> Counter:
+    return Counter(raw, name, unit, 32, help=help, source=f"{FILE}: {table}", optional=optional)
+
+
+def _wide(raw: str, name: str, table: str, help: str, *, optional: bool = False, unit: str = "packets") -> Counter:
+    return Counter(raw, name, unit, 64, help=help, source=f"{FILE}: {table}", optional=optional)
+
+
+Q_COUNTERS: tuple[Counter, ...] = (
+    _q("rx_write_requests", "rx_write_requests", "basic_q_cnts", "WRITE requests received for the QPs"),
+    _q("rx_read_requests", "rx_read_requests", "basic_q_cnts", "READ requests received for the QPs"),
+    _q("rx_atomic_requests", "rx_atomic_requests", "basic_q_cnts", "ATOMIC requests received for the QPs"),
+    _q("rx_dct_connect", "rx_dct_connects", "basic_q_cnts", "DCT connect requests received"),
+    _q(
+        "out_of_buffer",
+        "rx_out_of_buffer",
+        "basic_q_cnts",
+        "Drops for lack of a WQE on the QPs",
+        unit="packets",
+    ),
+    _q(
+        "out_of_sequence",
+        "out_of_sequence_packets",
+        "out_of_seq_q_cnts",
+        "Out-of-sequence packets received",
+        unit="packets",
+    ),
+    _q("duplicate_request", "rx_duplicate_requests", "retrans_q_cnts", "Received packets that repeat a request"),
+    _q("rnr_nak_retry_err", "rx_rnr_naks", "retrans_q_cnts", "RNR NAKs received (retry limit not exceeded)"),
+    _q("packet_seq_err", "rx_sequence_error_naks", "retrans_q_cnts", "NAK sequence error packets received"),
+    _q(
+        "implied_nak_seq_err",
+        "implied_nak_sequence_errors",
+        "retrans_q_cnts",
+        "ACKs with a PSN above the expected one (READ response or ACK lost)",
+    ),
+    _q(
+        "local_ack_timeout_err",
+        "local_ack_timeouts",
+        "retrans_q_cnts",
+        "ACK timer expirations of RC, XRC and DCT QPs at the sender",
+    ),
+    _q(
+        "resp_local_length_error",
+        "responder_local_length_errors",
+        "extended_err_cnts",
+        "Local length errors at the responder",
+    ),
+    _q("resp_cqe_error", "responder_cqe_errors", "extended_err_cnts", "Responder CQEs with error"),
+    _q("req_cqe_error", "requester_cqe_errors", "extended_err_cnts", "Requester CQEs with error"),
+    _q(
+        "req_remote_invalid_request",
+        "requester_remote_invalid_requests",
+        "extended_err_cnts",
+        "Remote invalid request NAKs at the requester",
+    ),
+    _q(
+        "req_remote_access_errors",
+        "requester_remote_access_errors",
+        "extended_err_cnts",
+        "Remote access error NAKs at the requester",
+    ),
+    _q(
+        "resp_remote_access_errors",
+        "responder_remote_access_errors",
+        "extended_err_cnts",
+        "Remote access errors at the responder",
+    ),
+    _q("resp_cqe_flush_error", "responder_cqe_flush_errors", "extended_err_cnts", "Responder CQEs flushed"),
+    _q("req_cqe_flush_error", "requester_cqe_flush_errors", "extended_err_cnts", "Requester CQEs flushed"),
+    _q(
+        "req_transport_retries_exceeded",
+        "transport_retries_exceeded",
+        "extended_err_cnts",
+        "Transport retry limit exceeded (QP moved to error)",
+        optional=True,  # newer kernels; not on the gpud ConnectX-7 capture
+    ),
+    _q(
+        "req_rnr_retries_exceeded",
+        "rnr_retries_exceeded",
+        "extended_err_cnts",
+        "RNR retry limit exceeded",
+        optional=True,
+    ),
+    _q("roce_adp_retrans", "roce_adaptive_retransmissions", "roce_accl_cnts", "Adaptive retransmissions"),
+    _q(
+        "roce_adp_retrans_to",
+        "roce_adaptive_retransmission_timeouts",
+        "roce_accl_cnts",
+        "Timeouts under adaptive retransmission",
+    ),
+    _q("roce_slow_restart", "roce_slow_restarts", "roce_accl_cnts", "Times slow restart was used"),
+    _q("roce_slow_restart_cnps", "roce_slow_restart_cnps", "roce_accl_cnts", "CNPs generated by slow restart"),
+    _q(
+        "roce_slow_restart_trans",
+        "roce_slow_restart_transitions",
+        "roce_accl_cnts",
+        "Changes of state to slow restart",
+    ),
+)
+# DCQCN congestion counters (RoCE ports, when the firmware allows cc queries): 64 bit.
+CONGESTION: tuple[Counter, ...] = (
+    _wide("rp_cnp_ignored", "rx_cnp_ignored_packets", "cong_cnts", "CNPs received and ignored by the reaction point"),
+    _wide("rp_cnp_handled", "rx_cnp_packets", "cong_cnts", "CNPs handled by the reaction point"),
+    _wide(
+        "np_ecn_marked_roce_packets",
+        "rx_ecn_marked_roce_packets",
+        "cong_cnts",
+        "RoCEv2 packets received marked CE, at the notification point",
+    ),
+    _wide("np_cnp_sent", "tx_cnp_packets", "cong_cnts", "CNPs sent by the notification point"),
+)
+PPCNT: tuple[Counter, ...] = (
+    _wide("rx_icrc_encapsulated", "rx_icrc_errors", "ext_ppcnt_cnts", "RoCE packets with an ICRC error"),
+)
+# Optional counters (``rdma statistic set link ... optional-counters``): flow counters, 64 bit.
+OPTIONAL: tuple[Counter, ...] = (
+    _wide("rdma_tx_packets", "rdma_tx_packets", "packets_op_cnts", "RDMA packets sent", optional=True),
+    _wide("rdma_tx_bytes", "rdma_tx_bytes", "packets_op_cnts", "RDMA bytes sent", optional=True, unit="bytes"),
+    _wide("rdma_rx_packets", "rdma_rx_packets", "packets_op_cnts", "RDMA packets received", optional=True),
+    _wide("rdma_rx_bytes", "rdma_rx_bytes", "packets_op_cnts", "RDMA bytes received", optional=True, unit="bytes"),
+)
+
+DRIVER = HwDriver(
+    name="mlx5",
+    counters=(*Q_COUNTERS, *CONGESTION, *PPCNT, *OPTIONAL),
+    source=FILE,
+    kernel_drivers=("mlx5_core", "mlx5_core.sf"),  # PCI functions and subfunctions
+    device_prefixes=("mlx5",),
+    # hca_type is "MT<PCI device id>" (mlx5_ib main.c): 4113 Connect-IB to 4131 ConnectX-8, 4168x/4169x
+    # BlueField (mlx5 core main.c mlx5_core_pci_table). mlx4 also says MT (4099 ConnectX-3): not matched.
+    hca_type_prefixes=(*(f"MT{n}" for n in range(4113, 4134)), "MT4168", "MT4169"),
+)
