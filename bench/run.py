@@ -6,7 +6,7 @@ computed between two measurements taken in the same run. The table goes to stdou
 so two runs can be compared (``--compare OLD.json``). No timing is asserted anywhere: a benchmark
 fails only on a broken setup.
 
-    python bench/run.py [--quick | --smoke] [--only scrape,footprint,ingest,transport,detect] [--no-docs]
+    python bench/run.py [--quick | --smoke] [--only scrape,exposition,footprint,ingest,transport,detect] [--no-docs]
 
 ``--smoke`` runs every section at toy sizes, once: the test suite uses it to prove the harness
 works (its figures mean nothing).
@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from agent_metrics import bench_central_page, bench_exposition
 from measure import Stat, free_port, pid_cpu_seconds, pid_rss_bytes, run_child
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,7 +118,7 @@ def floor_per_scrape(root: Path, n: int) -> float:
 class NodeExporter:
     """The Debian prometheus-node-exporter with only its infiniband collector, on a free port."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, headers: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [
@@ -130,7 +131,7 @@ class NodeExporter:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.client = httpx.Client(headers={"Accept-Encoding": "identity"})
+        self.client = httpx.Client(headers=headers or {"Accept-Encoding": "identity"})
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
@@ -289,14 +290,13 @@ def _bare_connect(url: str) -> tuple[Any, str]:
 
 def _insert_like_service(cur: Any, ph: str, rows: list[tuple[Any, ...]]) -> None:
     """The DBAPI method the service uses (fabricd/server/store/sqlite.py and postgres.py): on SQLite,
-    multi-row ``INSERT .. VALUES (..), (..)`` in power-of-two chunks of at most 512 rows; on PostgreSQL, one
-    ``INSERT .. SELECT FROM unnest(arrays)`` with binary parameters."""
+    multi-row ``INSERT .. VALUES (..), (..)`` in power-of-two chunks of at most 512 rows; on PostgreSQL,
+    ``COPY .. FROM STDIN (FORMAT BINARY)``."""
     if ph == "%s":
-        cur.execute(
-            "INSERT INTO bare_points (series_id, ts, value, rate, status) SELECT * FROM "
-            "unnest(%b::bigint[], %b::float8[], %b::float8[], %b::float8[], %b::text[])",
-            [list(col) for col in zip(*rows, strict=True)],
-        )
+        with cur.copy("COPY bare_points (series_id, ts, value, rate, status) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int8", "float8", "float8", "float8", "text"])
+            for row in rows:
+                copy.write_row(row)
         return
     start = 0
     while start < len(rows):
@@ -341,7 +341,7 @@ def bare_insert(batches: list[Any], url: str, method: str) -> float:
 class Central:
     """A real ``fabricd server`` subprocess on a free port (auth off: the load generator is trusted)."""
 
-    def __init__(self, data_dir: Path, db: str | None = None) -> None:
+    def __init__(self, data_dir: Path, db: str | None = None, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         argv = [
             PY,
@@ -361,8 +361,8 @@ class Central:
         # Latest values written every second (the default is 30 s): each point's latest value is
         # then written about once, as when every point updated its series row, and the ingest
         # time below waits for the last write (``wait_caught_up``).
-        env = {**os.environ, "FABRICD_LATEST_FLUSH_SECONDS": str(LATEST_FLUSH_SECONDS)}
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        full = {**os.environ, "FABRICD_LATEST_FLUSH_SECONDS": str(LATEST_FLUSH_SECONDS), **(env or {})}
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -385,9 +385,29 @@ class Central:
             time.sleep(0.05)
         raise RuntimeError("fabricd server did not write its latest values or catch up with detection")
 
+    def wait_stored(self, url: str, points: int, timeout: float = 300.0) -> None:
+        """Until the database at ``url`` holds ``points`` points (a consumer pulling from the bus
+        has no request to wait on), then until caught up as above."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _points_in(url) >= points:
+                return self.wait_caught_up(max(1.0, deadline - time.monotonic()))
+            time.sleep(0.05)
+        raise RuntimeError(f"fabricd server did not store {points} points from the bus")
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(15)
+
+
+def _points_in(url: str) -> int:
+    conn, _ph = _bare_connect(url)
+    try:
+        return int(conn.execute("SELECT count(*) FROM points").fetchone()[0])
+    except Exception:  # the schema is not there yet
+        return 0
+    finally:
+        conn.close()
 
 
 def post_all(url: str, bodies: list[bytes], concurrency: int = 8) -> float:
@@ -516,7 +536,7 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
             f"bare, service's DBAPI method, {db_label}",
             Stat.of([r["service_method"] for r in results]),
             "samples/s",
-            "as above; " + ("VALUES (..),(..) x512" if db_label == "SQLite" else "unnest(arrays)"),
+            "as above; " + ("VALUES (..),(..) x512" if db_label == "SQLite" else "COPY binary"),
         ),
         _row(
             "ingest",
@@ -611,7 +631,7 @@ def bench_detect(mode: str) -> list[Row]:
     for scenario in ("clean-ib",) if mode == "smoke" else ("mixed", "large"):
         results = [_eval(scenario) for _ in range(runs)]
         r0 = results[0]
-        note = f"{r0['scrapes']} scrapes, {r0['samples']:,} samples"
+        note = f"{r0['scrapes']:,} node scrapes, {r0['samples']:,} samples"
         rows.append(
             _row(
                 "detect",
@@ -627,8 +647,243 @@ def bench_detect(mode: str) -> list[Row]:
                 f"fabricd eval wall time ({scenario})",
                 Stat.of([r["wall_seconds"] for r in results]),
                 "s",
-                "collectors + rates + detection, in-process"
+                "collectors + rates + settlement + detection, live-faithful delivery, in-process"
                 + (", 256 nodes, 1 simulated hour" if scenario == "large" else ""),
+            )
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------- 6. one replica, the bus
+
+
+def _sqlite_db(run: int, tmp: Path) -> tuple[str, Callable[[], None]]:
+    return f"sqlite:///{tmp / f'replica-{run}' / 'fabricd.db'}", lambda: None
+
+
+def _postgres_db(run: int, tmp: Path) -> tuple[str, Callable[[], None]]:
+    url = _postgres_url(1000 + run)
+    if url is None:
+        raise RuntimeError("PostgreSQL unavailable")
+    return url, lambda: _drop_postgres(url)
+
+
+def _stage_rows(db_label: str, results: list[dict[str, float]], note: str) -> list[Row]:
+    from pipeline import STAGES
+
+    rows = [
+        _row("replica", f"CPU per sample, {stage}, {db_label}", Stat.of([r[stage] for r in results]), "µs", note)
+        for stage in STAGES
+    ]
+    rows.append(
+        _row(
+            "replica",
+            f"detection samples/s per core, {db_label}",
+            Stat.of([1e6 / r["detect"] for r in results]),
+            "samples/s",
+            "the stream read, settlement and DetectionEngine, thread CPU; goal >= 1,500,000",
+        )
+    )
+    totals = [sum(r[s] for s in STAGES) for r in results]
+    rows.append(
+        _row("replica", f"CPU per sample, all three, {db_label}", Stat.of(totals), "µs", "decode + store + detect")
+    )
+    rows.append(
+        _row(
+            "replica",
+            f"samples/s per core from CPU, {db_label}",
+            Stat.of([1e6 / t for t in totals]),
+            "samples/s",
+            "1e6 / the sum: one replica's core doing only these three (no HTTP, no bus)",
+        )
+    )
+    return rows
+
+
+def _via_bus(nodes: int, scrapes: int, run: int, tmp: Path, db_label: str) -> dict[str, float]:
+    """One run: the bus alone (nats-py), then a central on ``db_label`` consuming the same batches."""
+    import bus
+
+    from fabricd.wire import encode
+
+    batches = fleet_batches(nodes, scrapes, t0=time.time() - 10.0 * scrapes)
+    bodies = [encode(b) for b in batches]
+    total = nodes * scrapes * PORTS_PER_NODE * COUNTERS_PER_PORT
+    out = {f"bare_{k}": v for k, v in bus.bare(batches, bodies).items()}
+    url, cleanup = (_sqlite_db if db_label == "SQLite" else _postgres_db)(run, tmp)
+    stream = bus.prefix()
+    env = {"FABRICD_BUS__URL": bus.NATS_URL, "FABRICD_BUS__PREFIX": stream}
+    central = Central(tmp / f"bus-{db_label}-{run}", None if db_label == "SQLite" else url, env)
+    if db_label == "SQLite":
+        url = f"sqlite:///{tmp / f'bus-{db_label}-{run}' / 'fabricd.db'}"
+    try:
+        deadline = time.monotonic() + 30
+        while not _stream_exists(stream) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        start = time.perf_counter()
+        bus.publish_all(stream, batches, bodies)
+        central.wait_stored(url, total)
+        out["central"] = total / (time.perf_counter() - start)
+    finally:
+        central.close()
+        bus.delete_stream(stream)
+        cleanup()
+    return out
+
+
+def _stream_exists(stream_prefix: str) -> bool:
+    import asyncio
+
+    import nats
+
+    from fabricd.bus import BusNames
+
+    async def go() -> bool:
+        nc = await nats.connect(servers=["nats://127.0.0.1:4222"], connect_timeout=5)
+        try:
+            await nc.jetstream().stream_info(BusNames(stream_prefix).stream)
+            return True
+        except nats.js.errors.NotFoundError:
+            return False
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def _two_replicas(nodes: int, scrapes: int, run: int, tmp: Path) -> float | None:
+    """Samples/s per replica of two ``fabricd server`` replicas (replica.enabled) on one PostgreSQL
+    and NATS, from the first publish until every point is stored and both have written their
+    latest values; None when this fabricd has no replicas."""
+    import bus
+
+    from fabricd.bus import BusNames
+    from fabricd.wire import encode
+
+    try:
+        from fabricd.settings import ReplicaSettings  # noqa: F401 (the replicas' settings: issue 18 part 2)
+    except ImportError:
+        return None
+    batches = fleet_batches(nodes, scrapes, t0=time.time() - 10.0 * scrapes)
+    bodies = [encode(b) for b in batches]
+    total = nodes * scrapes * PORTS_PER_NODE * COUNTERS_PER_PORT
+    url, cleanup = _postgres_db(run, tmp)
+    stream = bus.prefix()
+    env = {"FABRICD_BUS__URL": bus.NATS_URL, "FABRICD_BUS__PREFIX": stream, "FABRICD_REPLICA__ENABLED": "true"}
+    centrals: list[Central] = []
+    try:
+        for k in range(2):
+            centrals.append(Central(tmp / f"replica-{run}-{k}", url, {**env, "FABRICD_REPLICA__ID": f"bench-{k}"}))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _claimed(centrals[0].url, BusNames(stream).partitions):
+            time.sleep(0.2)
+        start = time.perf_counter()
+        bus.publish_all(stream, batches, bodies)
+        while _points_in(url) < total:
+            if time.perf_counter() - start > 600:
+                raise RuntimeError("two replicas did not store every point in 600 s")
+            time.sleep(0.05)
+        for c in centrals:
+            while _unflushed(c.url):
+                time.sleep(0.05)
+        return total / (time.perf_counter() - start) / 2
+    finally:
+        for c in centrals:
+            c.close()
+        bus.delete_stream(stream)
+        cleanup()
+
+
+def _unflushed(url: str) -> int:
+    """Series whose latest value this replica holds in memory only; 0 where its status does not say."""
+    got = httpx.get(f"{url}/api/v1/status", timeout=60)
+    if got.status_code != 200:
+        print(f"bench: {url}/api/v1/status answered {got.status_code}: {got.text[:200]}", file=sys.stderr)
+        return 0
+    return int(got.json()["latest_unflushed_series"])
+
+
+def _claimed(url: str, partitions: int) -> bool:
+    """Every partition held by a replica, and a correlator elected."""
+    got = httpx.get(f"{url}/api/v1/replicas", timeout=10).json()
+    return len(got.get("partitions", {})) == partitions and got.get("correlator") is not None
+
+
+def bench_replica(mode: str) -> list[Row]:
+    """Per-stage CPU of one replica, on SQLite and PostgreSQL; the bus alone and a central behind it."""
+    import bus
+    import pipeline
+
+    nodes, scrapes, runs = {"smoke": (10, 2, 1), "quick": (100, 3, 2), "full": (500, 3, 3)}[mode]
+    rows: list[Row] = []
+    note = f"{nodes} nodes x 8 ports x 60 real IB counter names x {scrapes} scrapes, in-process, thread CPU"
+    with tempfile.TemporaryDirectory() as tmp:
+        rows += _stage_rows("SQLite", pipeline.run_on(_sqlite_db, nodes, scrapes, runs, Path(tmp)), note)
+        if (probe := _postgres_url(999)) is not None:
+            _drop_postgres(probe)
+            rows += _stage_rows("PostgreSQL", pipeline.run_on(_postgres_db, nodes, scrapes, runs, Path(tmp)), note)
+        if not bus.reachable():
+            print("bench: NATS at 127.0.0.1:4222 unavailable; skipping the bus rows", file=sys.stderr)
+            return rows
+        results = [_via_bus(nodes, scrapes, run, Path(tmp), "PostgreSQL") for run in range(runs + 1)][1:]
+        pairs = [_two_replicas(nodes, scrapes, run, Path(tmp)) for run in range(runs + 1)][1:]
+    bus_note = f"{nodes * scrapes} batches of 480 samples, {bus.WINDOW} publishes in flight, one pull consumer"
+    rows += [
+        _row(
+            "bus",
+            "NATS JetStream publish, nats-py",
+            Stat.of([r["bare_publish"] for r in results]),
+            "samples/s",
+            bus_note,
+        ),
+        _row(
+            "bus",
+            "NATS JetStream consume + ack, nats-py",
+            Stat.of([r["bare_consume"] for r in results]),
+            "samples/s",
+            bus_note,
+        ),
+        _row(
+            "bus",
+            "NATS JetStream end to end, nats-py",
+            Stat.of([r["bare_bus"] for r in results]),
+            "samples/s",
+            "publish then consume: the baseline",
+        ),
+        _row(
+            "bus",
+            "central ingest via NATS, PostgreSQL",
+            Stat.of([r["central"] for r in results]),
+            "samples/s",
+            "one replica consuming the stream, until stored, detected and latest values written",
+        ),
+        _row(
+            "bus",
+            "ratio central via NATS / the bus alone",
+            Stat.of([r["central"] / r["bare_bus"] for r in results]),
+            "x",
+            "pair by pair",
+        ),
+    ]
+    if all(p is not None for p in pairs):
+        per = [float(p) for p in pairs if p is not None]
+        rows.append(
+            _row(
+                "bus",
+                "two replicas via NATS, PostgreSQL, per replica",
+                Stat.of(per),
+                "samples/s",
+                "replica.enabled x 2 on this machine, NATS and PostgreSQL beside them; until every point is "
+                "stored, and latest values written where the replicas' status says (detection: the correlator's)",
+            )
+        )
+        rows.append(
+            _row(
+                "bus",
+                "ratio two replicas (sum) / the bus alone",
+                Stat.of([2 * p / r["bare_bus"] for p, r in zip(per, results, strict=True)]),
+                "x",
+                "pair by pair",
             )
         )
     return rows
@@ -638,10 +893,15 @@ def bench_detect(mode: str) -> list[Row]:
 
 SECTIONS: dict[str, Callable[[str], list[Row]]] = {
     "scrape": bench_scrape,
+    "exposition": lambda mode: (
+        bench_exposition(mode, PY, write_node_tree, NodeExporter, fabricd_per_scrape, _row)
+        + bench_central_page(mode, _row)
+    ),
     "footprint": bench_footprint,
     "ingest": bench_ingest,
     "transport": bench_transport,
     "detect": bench_detect,
+    "replica": bench_replica,
 }
 
 

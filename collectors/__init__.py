@@ -11,6 +11,10 @@ REGISTRY: dict[str, str] = {
     "nccl": "collectors.nccl:NcclCollector",
     "pingmesh": "collectors.pingmesh:PingmeshCollector",
     "capture": "collectors.capture:CaptureCollector",
+    "jobs": "collectors.jobs:JobsCollector",
+    "inspector": "collectors.inspector:InspectorCollector",
+    "ras": "collectors.ras:RasCollector",
+    "lldp": "collectors.lldp:LldpCollector",
 }
 
 # What the agent and ``fabricd collect`` run when the config names no collectors: the host

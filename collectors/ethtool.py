@@ -3,7 +3,7 @@
 The side effect sits behind ``EthtoolSource`` (one method): the default reads the kernel through
 the ioctl (``fabricd.ethtool_ioctl``; never an ``ethtool`` subprocess: node_exporter bans shelling
 out from routine collectors); ``FileSource`` reads captured ``ethtool -S`` text, which tests and the
-simulator feed. Parsing of that text is pure (``parse_ethtool_s``, ``parse_ethtool_i``, ``parse_ethtool_settings``).
+simulator feed. Parsing of that text is pure and lives in ``fabricd.parsers.ethtool``.
 
 Cardinality is bounded on purpose (ethtool made 57% of one host's series in a peer exporter): only
 statistics with a neutral name (``fabricd.drivers.ethtool``) are emitted unless ``include_unmapped`` is
@@ -25,78 +25,13 @@ from pydantic import field_validator
 
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.drivers.ethtool import is_queue_stat, neutral
-from fabricd.ethtool_ioctl import DriverInfo, InterfaceStats, IoctlSource, LinkSettings, Select
+from fabricd.ethtool_ioctl import InterfaceStats, IoctlSource, Select
 from fabricd.model import Kind, Labels, Reading, labels_of
+from fabricd.parsers.ethtool import EthtoolReadError, parse_ethtool_i, parse_ethtool_s, parse_ethtool_settings
 
 log = logging.getLogger(__name__)
 
 SOURCE = "ethtool"
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure parsers for captured ethtool text
-# ---------------------------------------------------------------------------------------------
-
-
-class EthtoolReadError(Exception):
-    """The driver refused the request (``ERROR: 1`` in a capture, an errno from the ioctl)."""
-
-
-_ERROR = re.compile(r"ERROR:\s*(\d+)\s*")
-_STAT_LINE = re.compile(r"\s*(?P<name>\S.*?):\s+(?P<value>\d+)\s*")
-
-
-def parse_ethtool_s(text: str) -> dict[str, int]:
-    """``ethtool -S`` text -> {raw statistic name: value}.
-
-    Accepts the shapes found in real captures: with or without the ``NIC statistics:`` header and
-    indentation, a leading ``# ethtool -S eth0`` comment, names with spaces or dots
-    (``duplicate metric``, ``port.rx_dropped``), and stray ``netlink error:`` lines. A capture that
-    is only ``ERROR: <errno>`` (no newline) raises ``EthtoolReadError``. Raw names are kept exactly;
-    the first occurrence of a repeated name wins.
-    """
-    error = _ERROR.fullmatch(text)
-    if error:
-        raise EthtoolReadError(f"driver returned error {error.group(1)}")
-    stats: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        match = _STAT_LINE.fullmatch(line)
-        if match:
-            stats.setdefault(match["name"], int(match["value"]))
-    return stats
-
-
-def _key_values(text: str) -> dict[str, str]:
-    """``key: value`` lines of ``ethtool`` / ``ethtool -i`` output, keys lower-cased."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or ":" not in line:
-            continue
-        key, _, value = line.strip().partition(":")
-        out.setdefault(key.strip().lower(), value.strip())
-    return out
-
-
-def parse_ethtool_i(text: str) -> DriverInfo:
-    """``ethtool -i`` (driver information) text."""
-    kv = _key_values(text)
-    if "driver" not in kv:
-        raise EthtoolReadError("no 'driver:' line in ethtool -i output")
-    return DriverInfo(kv["driver"], kv.get("version", ""), kv.get("firmware-version", ""), kv.get("bus-info", ""))
-
-
-def parse_ethtool_settings(text: str) -> LinkSettings:
-    """``ethtool <if>`` (link settings) text; embedded ``netlink error:`` lines are ignored."""
-    kv = _key_values(text)
-    speed = re.fullmatch(r"(\d+)Mb/s", kv.get("speed", ""))
-    link = kv.get("link detected")
-    return LinkSettings(
-        speed_mbps=int(speed.group(1)) if speed else None,
-        duplex=kv.get("duplex", "").lower() or None,
-        link_detected=None if link is None else link == "yes",
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +164,7 @@ class EthtoolCollector:
             if snap.error:
                 self._log_once(snap.ifname, snap.error)
                 continue
-            readings.extend(self.stat_readings(snap.ifname, snap.stats))
+            readings.extend(self.stat_readings(snap.ifname, snap.stats, snap.driver.driver if snap.driver else ""))
             readings.extend(_info_readings(snap))
         return readings
 
@@ -238,11 +173,12 @@ class EthtoolCollector:
         if close is not None:
             await asyncio.to_thread(close)  # joins the ioctl worker thread
 
-    def stat_readings(self, ifname: str, stats: Mapping[str, int]) -> list[Reading]:
+    def stat_readings(self, ifname: str, stats: Mapping[str, int], driver: str = "") -> list[Reading]:
+        """Mapped by the interface's own driver table when ``ethtool -i`` named it, else by every table."""
         mapped, seen = [], set()
         unmapped = []
         for raw, value in stats.items():
-            found = neutral(raw)
+            found = neutral(raw, driver)
             if found is not None and (found.name, found.priority) not in seen:
                 seen.add((found.name, found.priority))
                 labels = labels_of({"priority": found.priority} if found.priority else None)

@@ -7,279 +7,37 @@ switch port reading carries the far end of its cable (``remote``, ``remote_port`
 
 The tools run through ``fabricd.command.CommandRunner`` (one async method with a timeout; tests
 swap it through ``IbFabricFactories``), with at most ``concurrency`` commands at once. The commands are settings, with
-``{guid}`` and ``{port}`` placeholders. Parsing is pure: ``parse_perfquery``, ``parse_ibstat``,
-``parse_ibstatus`` and ``fabricd.topology.parse_ibnetdiscover``.
+``{guid}`` and ``{port}`` placeholders. Parsing is pure and lives in ``fabricd.parsers``
+(``perfquery``, ``ibqueryerrors``, ``ibstat``, ``ibnetdiscover``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.command import CommandResult, CommandRunner, SubprocessRunner
+from fabricd.drivers.ib.perfquery import PerfSpec
+from fabricd.ibtracing import IbTracer, TraceParams
 from fabricd.model import Kind, Labels, Reading, labels_of
-from fabricd.topology import IbnetEnd, IbnetPort, end_id, parse_ibnetdiscover, switch_ids
+from fabricd.parsers.ibnetdiscover import IbnetEnd, IbnetPort, parse_ibnetdiscover
+from fabricd.parsers.ibqueryerrors import IbqueryerrorsResult, PortField, parse_ibqueryerrors
+from fabricd.parsers.ibstat import IbPortStatus, parse_ibstat
+from fabricd.parsers.perfquery import PerfBlock, counter_spec, parse_perfquery
+from fabricd.topology import end_id, switch_ids
+from fabricd.topology.ibnet import ca_ids
 
 log = logging.getLogger(__name__)
 
 SOURCE = "ibfabric"
-WORD_BYTES = 4  # PortXmitData/PortRcvData count 4-octet words (IBA 16.1.4.11; DOMAIN.md)
 GBIT_BYTES_PER_SECOND = 125_000_000
 MAX_LABEL_CHARS = 128
-
-
-# ---------------------------------------------------------------------------------------------
-# Counter semantics
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PerfSpec:
-    name: str
-    unit: str = ""
-    width: int = 64
-    saturates: bool = False
-    scale: int = 1
-
-
-# perfquery -x prints PortCountersExtended. On ports whose CapabilityMask2 has
-# IsAdditionalPortCountersExtendedSupported it also prints the error counters after CounterSelect2,
-# and those are the 64-bit fields of the extended attribute (IBA 1.3 16.1.4.11), not the narrow
-# saturating PortCounters ones. Neutral names match the infiniband (sysfs) collector.
-PERFQUERY_X: dict[str, PerfSpec] = {
-    "PortXmitData": PerfSpec("port_transmit_data", "bytes", scale=WORD_BYTES),
-    "PortRcvData": PerfSpec("port_receive_data", "bytes", scale=WORD_BYTES),
-    "PortXmitPkts": PerfSpec("port_transmit_packets", "packets"),
-    "PortRcvPkts": PerfSpec("port_receive_packets", "packets"),
-    "PortUnicastXmitPkts": PerfSpec("unicast_transmit_packets", "packets"),
-    "PortUnicastRcvPkts": PerfSpec("unicast_receive_packets", "packets"),
-    "PortMulticastXmitPkts": PerfSpec("multicast_transmit_packets", "packets"),
-    "PortMulticastRcvPkts": PerfSpec("multicast_receive_packets", "packets"),
-    "SymbolErrorCounter": PerfSpec("symbol_errors"),
-    "LinkErrorRecoveryCounter": PerfSpec("link_error_recovery"),
-    "LinkDownedCounter": PerfSpec("link_downed"),
-    "PortRcvErrors": PerfSpec("port_receive_errors"),
-    "PortRcvRemotePhysicalErrors": PerfSpec("port_receive_remote_physical_errors"),
-    "PortRcvSwitchRelayErrors": PerfSpec("port_receive_switch_relay_errors"),
-    "PortXmitDiscards": PerfSpec("port_transmit_discards"),
-    "PortXmitConstraintErrors": PerfSpec("port_transmit_constraint_errors"),
-    "PortRcvConstraintErrors": PerfSpec("port_receive_constraint_errors"),
-    "LocalLinkIntegrityErrors": PerfSpec("local_link_integrity_errors"),
-    "ExcessiveBufferOverrunErrors": PerfSpec("excessive_buffer_overrun_errors"),
-    "VL15Dropped": PerfSpec("vl15_dropped"),
-    # Ticks with data to send and no credit: the IB congestion signal (DOMAIN.md).
-    "PortXmitWait": PerfSpec("port_transmit_wait", "ticks"),
-    "QP1Dropped": PerfSpec("qp1_dropped"),
-}
-# PortRcvErrorDetails (perfquery -E): 16-bit PMA counters, which stop at all ones (IBA 16.1.4.3).
-PERFQUERY_E: dict[str, PerfSpec] = {
-    raw: PerfSpec(name, "", 16, True)
-    for raw, name in {
-        "PortLocalPhysicalErrors": "port_local_physical_errors",
-        "PortMalformedPktErrors": "port_malformed_packet_errors",
-        "PortBufferOverrunErrors": "port_buffer_overrun_errors",
-        "PortDLIDMappingErrors": "port_dlid_mapping_errors",
-        "PortVLMappingErrors": "port_vl_mapping_errors",
-        "PortLoopingErrors": "port_looping_errors",
-    }.items()
-}
-# Without IsAdditionalPortCountersExtendedSupported (CapabilityMask2 bit 1) the extended attribute
-# has no error counters and perfquery fills them from the base PortCounters, whose fields are narrow
-# and stop at all ones (IBA 16.1.3.5; widths as in DOMAIN.md).
-IS_ADDL_PORT_CTR_EXT_SUP = 0x2
-PORT_COUNTERS_WIDTHS: dict[str, int] = {
-    "SymbolErrorCounter": 16,
-    "LinkErrorRecoveryCounter": 8,
-    "LinkDownedCounter": 8,
-    "PortRcvErrors": 16,
-    "PortRcvRemotePhysicalErrors": 16,
-    "PortRcvSwitchRelayErrors": 16,
-    "PortXmitDiscards": 16,
-    "PortXmitConstraintErrors": 8,
-    "PortRcvConstraintErrors": 8,
-    "LocalLinkIntegrityErrors": 4,
-    "ExcessiveBufferOverrunErrors": 4,
-    "VL15Dropped": 16,
-    "QP1Dropped": 16,
-    "PortXmitWait": 32,
-}
-_NOT_COUNTERS = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
-
-# ibstat spells states as words; sysfs and ibstatus as "<id>: NAME" (IBA PortInfo PortState /
-# PortPhysicalState enumerations). Map the words to the same ids.
-PORT_STATES = {"down": 1, "initializing": 2, "init": 2, "armed": 3, "active": 4, "activedefer": 5}
-PHYS_STATES = {
-    "sleep": 1,
-    "polling": 2,
-    "disabled": 3,
-    "portconfigurationtraining": 4,
-    "linkup": 5,
-    "linkerrorrecovery": 6,
-    "phytest": 7,
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure parsers
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PerfBlock:
-    """One ``# Port ... counters: Lid L port P`` block of perfquery output."""
-
-    attribute: str  # "extended" (perfquery -x) or "rcv_error_details" (perfquery -E)
-    lid: int
-    port: int
-    cap_mask2: int | None = None  # from the header; None when perfquery did not print it
-    counters: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def wide_errors(self) -> bool:
-        return self.cap_mask2 is not None and bool(self.cap_mask2 & IS_ADDL_PORT_CTR_EXT_SUP)
-
-
-_PERF_HEADER = re.compile(r"#\s*(?P<what>.+?) counters:\s*Lid\s+(?P<lid>\d+)\s+port\s+(?P<port>\d+)\b.*")
-_CAP_MASK2 = re.compile(r"CapMask2:\s*(0x[0-9a-fA-F]+)")
-_PERF_LINE = re.compile(r"(?P<name>\w+):\.*(?P<value>0x[0-9a-fA-F]+|\d+)\s*")
-
-
-def _attribute(header: str) -> str:
-    return "rcv_error_details" if "RcvErrorDetails" in header else "extended"
-
-
-def parse_perfquery(text: str) -> list[PerfBlock]:
-    """``perfquery -x`` / ``-E`` output, one block per port; ``Name:.....value`` lines. Empty output
-    (a node that did not answer) is no blocks. Select fields (``PortSelect``...) are dropped."""
-    blocks: list[PerfBlock] = []
-    for line in text.splitlines():
-        header = _PERF_HEADER.fullmatch(line.strip())
-        if header:
-            mask2 = _CAP_MASK2.search(line)
-            blocks.append(
-                PerfBlock(
-                    _attribute(header["what"]),
-                    int(header["lid"]),
-                    int(header["port"]),
-                    int(mask2.group(1), 16) if mask2 else None,
-                )
-            )
-            continue
-        m = _PERF_LINE.fullmatch(line.strip())
-        if m and blocks and m["name"] not in _NOT_COUNTERS:
-            blocks[-1].counters[m["name"]] = int(m["value"], 0)
-    return blocks
-
-
-@dataclass(frozen=True, slots=True)
-class IbPortStatus:
-    device: str
-    port: int
-    state: str = ""
-    state_id: int | None = None
-    phys_state: str = ""
-    phys_state_id: int | None = None
-    rate_gbps: float | None = None
-    link_layer: str = ""
-    lid: int | None = None
-    port_guid: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class IbstatResult:
-    ports: list[IbPortStatus]
-    errors: list[str]  # e.g. ibpanic lines: the listing is incomplete
-
-
-_IBSTAT_CA = re.compile(r"CA '(?P<dev>[^']*)'")
-_IBSTAT_PORT = re.compile(r"Port (?P<port>\d+):")
-
-
-def parse_ibstat(text: str) -> IbstatResult:
-    """``ibstat`` output (tab- or space-indented). ``ibpanic:`` lines are returned as errors."""
-    ports: list[IbPortStatus] = []
-    errors: list[str] = []
-    device, port = "", None
-    fields: dict[str, str] = {}
-    for line in [*text.splitlines(), "CA ''"]:  # sentinel flushes the last port
-        stripped = line.strip()
-        ca, new_port = _IBSTAT_CA.fullmatch(stripped), _IBSTAT_PORT.fullmatch(stripped)
-        if (ca or new_port) and port is not None:
-            ports.append(_ibstat_port(device, port, fields))
-            port, fields = None, {}
-        if ca:
-            device = ca["dev"]
-        elif new_port:
-            port = int(new_port["port"])
-        elif stripped.startswith("ibpanic:"):
-            errors.append(stripped)
-        elif port is not None and ":" in stripped:
-            key, _, value = stripped.partition(":")
-            fields[key.strip().lower()] = value.strip()
-    return IbstatResult(ports, errors)
-
-
-def _ibstat_port(device: str, port: int, f: dict[str, str]) -> IbPortStatus:
-    state, phys = f.get("state", ""), f.get("physical state", "")
-    rate = f.get("rate", "")
-    return IbPortStatus(
-        device,
-        port,
-        state,
-        PORT_STATES.get(state.lower()),
-        phys,
-        PHYS_STATES.get(phys.lower()),
-        float(rate) if re.fullmatch(r"\d+(\.\d+)?", rate) else None,
-        f.get("link layer", ""),
-        int(f["base lid"]) if f.get("base lid", "").isdigit() else None,
-        f.get("port guid", ""),
-    )
-
-
-_IBSTATUS_HEAD = re.compile(r"Infiniband device '(?P<dev>[^']*)' port (?P<port>\d+) status:")
-_ID_NAME = re.compile(r"(?P<id>\d+):\s*(?P<name>\S+)")
-
-
-def parse_ibstatus(text: str) -> list[IbPortStatus]:
-    """``ibstatus`` output: ``state: 4: ACTIVE``, ``rate: 200 Gb/sec (4X HDR)``, ``base lid: 0x33bf``."""
-    ports: list[IbPortStatus] = []
-    head: tuple[str, int] | None = None
-    fields: dict[str, str] = {}
-    for line in [*text.splitlines(), "Infiniband device '' port 0 status:"]:
-        m = _IBSTATUS_HEAD.fullmatch(line.strip())
-        if m:
-            if head is not None:
-                ports.append(_ibstatus_port(head[0], head[1], fields))
-            head, fields = (m["dev"], int(m["port"])), {}
-        elif ":" in line:
-            key, _, value = line.strip().partition(":")
-            fields[key.strip().lower()] = value.strip()
-    return ports
-
-
-def _ibstatus_port(device: str, port: int, f: dict[str, str]) -> IbPortStatus:
-    state, phys = _ID_NAME.fullmatch(f.get("state", "")), _ID_NAME.fullmatch(f.get("phys state", ""))
-    rate = re.match(r"(\d+(?:\.\d+)?)\s*Gb/sec", f.get("rate", ""))
-    lid = f.get("base lid", "")
-    return IbPortStatus(
-        device,
-        port,
-        state["name"] if state else "",
-        int(state["id"]) if state else None,
-        phys["name"] if phys else "",
-        int(phys["id"]) if phys else None,
-        float(rate.group(1)) if rate else None,
-        f.get("link_layer", ""),
-        int(lid, 0) if lid else None,
-        "",
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,40 +57,73 @@ def remote_labels(port: IbnetPort | None, switches: dict[str, str]) -> dict[str,
     return {"remote": _bounded(end_id(far, switches)), "remote_port": str(far.port), "remote_type": far.type}
 
 
-def counter_spec(block: PerfBlock, raw: str, value: int) -> PerfSpec | None:
-    """Semantics of one perfquery field in this block (None: unknown, never guess a width)."""
-    if block.attribute == "rcv_error_details":
-        return PERFQUERY_E.get(raw)
-    spec = PERFQUERY_X.get(raw)
-    narrow = PORT_COUNTERS_WIDTHS.get(raw)
-    if spec is None or narrow is None or block.wide_errors or value >> narrow:
-        return spec  # a value above all ones proves the field is the 64-bit one
-    return PerfSpec(spec.name, spec.unit, narrow, True, spec.scale)
+# The cable_info labels: what ``fabricd.topology.ibnet.ports_from_readings`` needs to rebuild the
+# ibnetdiscover port line at the central. No LIDs: the SM may renumber them, which would start new
+# series for an unchanged cable.
+CABLE_LABELS = ("guid", "type", "desc", "width", "speed", "remote_guid", "remote_type", "remote_port", "remote_desc")
+
+
+def cable_readings(ports: Sequence[IbnetPort]) -> list[Reading]:
+    """Every cabled port as ibnetdiscover saw it (INFO ``cable_info``, value 1; device = the port's
+    element id), for the central's fabric graph (docs/topology.md). Uncabled ports carry no cable."""
+    switches, cas = switch_ids(ports), ca_ids(ports)
+    out = []
+    for port in ports:
+        here, far = port.local, port.remote
+        if far is None:
+            continue
+        values = (here.guid, here.type, here.desc, port.width, port.speed, far.guid, far.type, str(far.port), far.desc)
+        labels = labels_of({k: _bounded(v) for k, v in zip(CABLE_LABELS, values, strict=True)})
+        device = _bounded(end_id(here, switches, cas))
+        out.append(Reading(SOURCE, device, str(here.port), "cable", 1.0, "", Kind.INFO, labels, "cable_info", 0))
+    return out
+
+
+def field_reading(device: str, port: int, raw: str, value: int, spec: PerfSpec, labels: Labels) -> Reading:
+    return Reading(
+        SOURCE,
+        device,
+        str(port),
+        raw,
+        float(value * spec.scale),
+        spec.unit,
+        Kind.COUNTER,
+        labels,
+        spec.name,
+        spec.width,
+        spec.saturates,
+        float(spec.scale),
+    )
 
 
 def block_readings(device: str, block: PerfBlock, labels: Labels) -> list[Reading]:
     out = []
     for raw, value in block.counters.items():
         spec = counter_spec(block, raw, value)
-        if spec is None:
-            continue
-        out.append(
-            Reading(
-                SOURCE,
-                device,
-                str(block.port),
-                raw,
-                float(value * spec.scale),
-                spec.unit,
-                Kind.COUNTER,
-                labels,
-                spec.name,
-                spec.width,
-                spec.saturates,
-                float(spec.scale),
-            )
-        )
+        if spec is not None:
+            out.append(field_reading(device, block.port, raw, value, spec, labels))
     return out
+
+
+ErrorFields = dict[tuple[str, int], list[PortField]]  # (port GUID, port) -> ibqueryerrors fields
+
+
+def error_fields(result: IbqueryerrorsResult) -> ErrorFields:
+    """ibqueryerrors' per-port fields by (port GUID, port); ``port ALL`` sums are left out."""
+    out: ErrorFields = {}
+    for i, port in enumerate(result.ports):
+        if isinstance(port.port, int) and port.guid:
+            out.setdefault((port.guid, port.port), []).extend(result.fields.get(i, []))
+    return out
+
+
+def extra_readings(device: str, port: int, fields: list[PortField], have: set[str], labels: Labels) -> list[Reading]:
+    """ibqueryerrors fields perfquery -x did not already give (the --details ones): one source a series."""
+    return [
+        field_reading(device, port, f.raw, f.value, f.spec, labels)
+        for f in fields
+        if f.spec is not None and f.spec.name not in have
+    ]
 
 
 def status_readings(p: IbPortStatus) -> list[Reading]:
@@ -361,16 +152,42 @@ class IbFabricOptions(CollectorOptions):
     # PortRcvErrorDetails per cabled switch port; None disables (one command per port is costly).
     perfquery_errors_command: list[str] | None = ["perfquery", "-E", "-G", "{guid}", "{port}"]
     ibstat_command: list[str] | None = None  # the management node's own HCAs (ibstat)
+    # One fabric-wide run instead of perfquery_errors_command's one command per cabled port; what it
+    # adds to perfquery -x is the --details fields (PortRcvErrorDetails, PortXmitDiscardDetails).
+    ibqueryerrors_command: list[str] | None = None
     include_hcas: bool = False  # also query CA ports (HCAs); switches only by default
     concurrency: int = Field(default=8, ge=1, le=256)
     timeout_seconds: float = Field(default=10.0, gt=0)
     rediscover_every: int = Field(default=60, ge=1)  # scrapes between ibnetdiscover runs
+    # Send what ibnetdiscover found (one cable_info reading per cabled port, every scrape) so the
+    # central keeps its fabric graph current (docs/topology.md "InfiniBand").
+    report_cables: bool = True
+    # ibtracert between the HCA ports of trace_nodes (the pingmesh / NCCL peers: every ordered pair,
+    # first HCA port of each), sent as path_info readings, the traced paths the central turns into
+    # the localizer's routes (fabricd.topology.ibroute, fabricd/server/pathreports.py).
+    ibtracert_command: list[str] = Field(default=["ibtracert", "{src_lid}", "{dst_lid}"], min_length=1)
+    trace_nodes: list[str] = []
+    # Traces per scrape (one SMP per hop each, from this host): all pairs are traced again after each
+    # rediscovery, this many a scrape, so the SM and the switches never see a burst.
+    trace_pairs_per_scrape: int = Field(default=8, ge=1, le=256)
+    max_trace_pairs: int = Field(default=1024, ge=1)
+    # The SM runs adaptive routing (NVIDIA ar_updn, Quantum AR): a traced path is only the static
+    # fallback: pairs are reported with no path (reason adaptive) and keep every equal-cost candidate.
+    adaptive_routing: bool = False
 
     @field_validator("perfquery_command", "perfquery_errors_command")
     @classmethod
     def _needs_guid(cls, argv: list[str] | None) -> list[str] | None:
         if argv is not None and not any("{guid}" in word for word in argv):
             raise ValueError("the command must contain a {guid} placeholder")
+        return argv
+
+    @field_validator("ibtracert_command")
+    @classmethod
+    def _needs_lids(cls, argv: list[str]) -> list[str]:
+        for placeholder in ("{src_lid}", "{dst_lid}"):
+            if not any(placeholder in word for word in argv):
+                raise ValueError(f"the command must contain a {placeholder} placeholder")
         return argv
 
 
@@ -409,38 +226,56 @@ class IbFabricCollector:
         self._runner = ctx.factories_for(IbFabricFactories).runner()
         self._semaphore = asyncio.Semaphore(self._opts.concurrency)
         self._ports: list[IbnetPort] = []
+        self._cables: list[Reading] = []  # cable_info of the last discovery, resent every scrape
         self._scrapes = 0
         self._logged: set[str] = set()
+        params = TraceParams(
+            self._opts.ibtracert_command,
+            self._opts.trace_nodes,
+            self._opts.trace_pairs_per_scrape,
+            self._opts.max_trace_pairs,
+            self._opts.adaptive_routing,
+        )
+        self._tracer = IbTracer(params, self._run, self._log_once)
 
     async def collect(self) -> Sequence[Reading]:
-        await self._refresh_topology()
+        if await self._refresh_topology() and self._opts.trace_nodes:
+            self._tracer.plan(self._ports)
         switches = switch_ids(self._ports)
         targets = fabric_targets(self._ports, self._opts.include_hcas)
-        jobs = [self._target_readings(t, switches) for t in targets]
+        errors = await self._ibqueryerrors() if self._opts.ibqueryerrors_command else None
+        jobs = [self._target_readings(t, switches, errors) for t in targets]
         if self._opts.ibstat_command:
             jobs.append(self._ibstat_readings(self._opts.ibstat_command))
-        return [r for batch in await asyncio.gather(*jobs) for r in batch]
+        jobs.append(self._tracer.trace_some(self._ports))
+        cables = self._cables if self._opts.report_cables else []
+        return cables + [r for batch in await asyncio.gather(*jobs) for r in batch]
 
-    async def _refresh_topology(self) -> None:
+    async def _refresh_topology(self) -> bool:
+        """Run ibnetdiscover when due; True when it gave a (new) fabric."""
         self._scrapes += 1
         if self._ports and (self._scrapes - 1) % self._opts.rediscover_every:
-            return
+            return False
         result = await self._run(self._opts.ibnetdiscover_command)
-        ports = parse_ibnetdiscover(result.output) if result.returncode == 0 else []
+        ports = parse_ibnetdiscover(result.output).ports if result.returncode == 0 else []
         if ports:
             self._ports = ports
-        elif not self._ports:
+            self._cables = cable_readings(ports)  # built once a discovery: 13 ms for 318 cables
+            return True
+        if not self._ports:
             raise RuntimeError(f"ibnetdiscover found no fabric: {_describe(result)}")
-        else:
-            self._log_once(f"ibnetdiscover failed, keeping the previous topology: {_describe(result)}")
+        self._log_once(f"ibnetdiscover failed, keeping the previous topology: {_describe(result)}")
+        return False
 
     async def _run(self, argv: Sequence[str]) -> CommandResult:
         async with self._semaphore:
             return await self._runner.run(argv, self._opts.timeout_seconds)
 
-    async def _target_readings(self, target: FabricTarget, switches: dict[str, str]) -> list[Reading]:
+    async def _target_readings(
+        self, target: FabricTarget, switches: dict[str, str], errors: ErrorFields | None
+    ) -> list[Reading]:
         blocks = await self._perfquery(self._opts.perfquery_command, target.guid, None)
-        if self._opts.perfquery_errors_command:
+        if errors is None and self._opts.perfquery_errors_command:
             cabled = sorted(p for p, line in target.ports.items() if line.remote is not None)
             details = await asyncio.gather(
                 *(self._perfquery(self._opts.perfquery_errors_command, target.guid, p) for p in cabled)
@@ -450,7 +285,20 @@ class IbFabricCollector:
         for block in blocks:
             labels = labels_of(remote_labels(target.ports.get(block.port), switches))
             out += block_readings(target.device, block, labels)
+        for port in sorted(target.ports) if errors is not None else ():
+            have = {r.name for r in out if r.port == str(port)}
+            labels = labels_of(remote_labels(target.ports.get(port), switches))
+            fields = errors.get((target.guid, port), []) if errors is not None else []
+            out += extra_readings(target.device, port, fields, have, labels)
         return out
+
+    async def _ibqueryerrors(self) -> ErrorFields:
+        assert self._opts.ibqueryerrors_command is not None
+        result = await self._run(self._opts.ibqueryerrors_command)
+        parsed = parse_ibqueryerrors(result.output)
+        for p in parsed.problems:  # exit status 1 only says errors were found (ibqueryerrors(8))
+            self._log_once(f"ibqueryerrors: line {p.line}: {p.message}: {p.text}")
+        return error_fields(parsed)
 
     async def _perfquery(self, template: Sequence[str], guid: str, port: int | None) -> list[PerfBlock]:
         argv = [w.replace("{guid}", guid).replace("{port}", "" if port is None else str(port)) for w in template]

@@ -3,14 +3,13 @@
 Per device: ``fw_ver``, ``board_id``, ``hca_type``, ``node_guid`` (one INFO reading) and device-level
 ``hw_counters/`` (port ``""``). Per port: ``counters/`` (PMA PortCounters/PortCountersExtended),
 ``counters_ext/`` (pre-4.5 kernels, ``*_64``), ``hw_counters/`` (driver counters, kernel >= 4.6),
-``state``/``phys_state``/``rate`` gauges and one port INFO reading (``link_layer`` and state names).
+``state``/``phys_state``/``rate`` gauges, one port INFO reading (``link_layer``, state names, ``netdev``).
 
-Cost per scrape matters (a node polls every second): the tree is discovered once, counter files
-stay open and are re-read with ``pread(fd, 64, 0)`` (a sysfs read at offset 0 regenerates the
-value), and values are parsed with ``int()``. The tree is re-discovered when the device listing
-changes (names or inodes: a driver reload re-creates the device folders), when a read fails
-(``ENODEV`` after hot-unplug, ``ENOENT``), and every ``rescan_every`` scrapes (new ``hw_counters``).
-"""
+Cost per scrape matters (a node polls every second): the tree is discovered once, counter files stay
+open and are re-read with ``pread(fd, 64, 0)`` (a sysfs read at offset 0 regenerates the value),
+values are parsed with ``int()``. The tree is re-discovered when the device listing changes (names or
+inodes: a driver reload re-creates the device folders), when a read fails (``ENODEV`` after
+hot-unplug, ``ENOENT``), and every ``rescan_every`` scrapes (new ``hw_counters``)."""
 
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ from fabricd.drivers import ib
 from fabricd.drivers.ib import Counter
 from fabricd.drivers.ib.sysfs import counter_spec, effective_width, parse_rate, parse_state, parse_value, text_of
 from fabricd.model import Kind, Labels, Reading, labels_of
+from fabricd.netdev import port_netdev
 from fabricd.worker import Worker, WorkerThread
 
 log = logging.getLogger("fabricd.collectors.infiniband")
@@ -90,6 +90,7 @@ class PortFiles:
     state: CounterFile | None
     phys_state: CounterFile | None
     rate: CounterFile | None
+    netdev: str = ""  # its network interface (RoCE; sysfs gid_attrs/ndevs, or the device's net/)
     last_raw: tuple[bytes | None, ...] = ()  # (state, phys_state, rate) as last read
     last_readings: list[Reading] = field(default_factory=list)
 
@@ -172,6 +173,7 @@ class _Discovery:
                 self._open(f"{path}/state", device, port, "state", _ATTRIBUTE),
                 self._open(f"{path}/phys_state", device, port, "phys_state", _ATTRIBUTE),
                 self._open(f"{path}/rate", device, port, "rate", _ATTRIBUTE),
+                port_netdev(path),
             )
         )
 
@@ -262,9 +264,8 @@ def port_readings(p: PortFiles, state_b: bytes | None, phys_b: bytes | None, rat
         out.append(_gauge(p, "phys_state", float(phys[0]), "", "port_physical_state"))
     if rate is not None:
         out.append(_gauge(p, "rate", rate, "bytes_per_second", "link_rate"))
-    labels = labels_of(
-        {"link_layer": p.link_layer, "state": state[1] if state else "", "phys_state": phys[1] if phys else ""}
-    )
+    names = {"link_layer": p.link_layer, "state": state[1] if state else "", "phys_state": phys[1] if phys else ""}
+    labels = labels_of(names | ({"netdev": p.netdev} if p.netdev else {}))
     out.append(Reading(SOURCE, p.device, p.port, "port_info", 1.0, "", Kind.INFO, labels, "port_info", 0))
     return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import glob
 import time
 from collections.abc import Callable, Sequence
@@ -33,11 +34,12 @@ from pydantic import Field, model_validator
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.command import CommandResult, CommandRunner, SubprocessRunner
 from fabricd.model import Kind, Reading, labels_of
-from fabricd.nccl_parse import NcclRow, NcclRun, op_from_name, parse_nccl_output
+from fabricd.parsers.nccl import NcclRow, NcclRun, op_from_name, parse_nccl_runs
 from fabricd.perfmodel import Fabric
 
 SOURCE = "nccl"
 DETAIL_MAX = 160  # an event's detail label is bounded: it comes from tool output
+FILE_MAX = 128  # the log file's name, as a label: bounded too
 
 
 class NcclOptions(CollectorOptions):
@@ -80,6 +82,22 @@ def op_from_command(argv: Sequence[str]) -> str:
         if op := op_from_name(word):
             return op
     return ""
+
+
+MAX_RUN_HOSTS = 128  # a run over more hosts spans the fabric: its hosts cannot tell a victim apart
+
+
+def host_readings(run: NcclRun, op: str) -> list[Reading]:
+    """One info reading per host of the run (from its ``#  Rank N ... on HOST`` lines): the central
+    tells a straggler (slow with every partner) from a victim (slow only while its run crosses a
+    network fault) by who ran with whom."""
+    hosts = sorted({r.host for r in run.ranks})
+    if len(hosts) > MAX_RUN_HOSTS:
+        return []
+    return [
+        Reading(SOURCE, op, "", "run_host", 1.0, "", Kind.INFO, labels_of({"host": h}), "run_host_info", 0)
+        for h in hosts
+    ]
 
 
 def _gauge(op: str, counter: str, value: float, unit: str, name: str, **labels: str) -> Reading:
@@ -153,6 +171,7 @@ def run_readings(run: NcclRun, op: str, job: JobModel | None = None) -> list[Rea
     if run.out_of_bounds is not None:
         out.append(_gauge(op, "out_of_bounds", float(run.out_of_bounds), "values", "out_of_bounds_values"))
     out.append(_gauge(op, "success", 1.0 if run.success else 0.0, "bool", "run_success"))
+    out.extend(host_readings(run, op))
     if not run.success:
         out.append(failure_event(op, run.reason, run.detail))
     return out
@@ -181,16 +200,23 @@ def result_readings(result: CommandResult, op: str, job: JobModel | None = None)
     if result.timed_out:
         detail = f"killed after {result.duration_seconds:.1f} s"
         return [_gauge(op, "success", 0.0, "bool", "run_success"), failure_event(op, "timeout", detail)]
-    run = parse_nccl_output(result.output, op=op)
-    readings = run_readings(run, run.op or op, job)
-    if result.returncode != 0 and run.success:
-        readings = [r for r in readings if r.counter != "success"]
+    runs = parse_nccl_runs(result.output, op=op)  # a wrapper script may run several collectives
+    readings = [r for run in runs for r in run_readings(run, run.op or op, job)]
+    last = runs[-1]
+    if result.returncode != 0 and all(run.success for run in runs):
+        readings = [r for r in readings if not (r.counter == "success" and r.device == (last.op or op))]
         readings += [
-            _gauge(run.op or op, "success", 0.0, "bool", "run_success"),
-            failure_event(run.op or op, "exit_code", f"exit status {result.returncode}"),
+            _gauge(last.op or op, "success", 0.0, "bool", "run_success"),
+            failure_event(last.op or op, "exit_code", f"exit status {result.returncode}"),
         ]
-    readings.append(_gauge(run.op or op, "duration", result.duration_seconds, "seconds", "run_duration_seconds"))
+    readings.append(_gauge(last.op or op, "duration", result.duration_seconds, "seconds", "run_duration_seconds"))
     return readings
+
+
+def with_file(readings: Sequence[Reading], name: str) -> list[Reading]:
+    """Readings of a log file carry its name (``file`` label), so a failed or garbage log is found."""
+    tag = (("file", name[:FILE_MAX]),)
+    return [dataclasses.replace(r, labels=labels_of({**dict(r.labels), **dict(tag)})) for r in readings]
 
 
 class LogTail:
@@ -267,8 +293,8 @@ class NcclCollector:
         out: list[Reading] = []
         for path in self.tail.poll():
             op = op_from_name(path.name)
-            run = parse_nccl_output(path.read_text(errors="replace"), op=op)
-            out.extend(run_readings(run, run.op or op or "nccl", self.job))
+            for run in parse_nccl_runs(path.read_text(errors="replace"), op=op):
+                out.extend(with_file(run_readings(run, run.op or op or "nccl", self.job), path.name))
         return out
 
     def _finished(self) -> list[Reading]:
@@ -283,10 +309,14 @@ class NcclCollector:
         return result_readings(result, op, self.job)
 
     def _maybe_start(self) -> None:
+        # Due on a fixed grid, with a tenth of the interval's slack: the agent's scrape that should
+        # start a run comes a hair before ``next_due`` as often as after it, and a strict check
+        # skipped every other run (NCCL results every 2 intervals instead of every one).
         now = self.monotonic()
-        if now < self.next_due:
+        every = self.options.interval_seconds
+        if now < self.next_due - 0.1 * every:
             return
-        self.next_due = now + self.options.interval_seconds
+        self.next_due = self.next_due + every if now - self.next_due < every else now + every
         if self.task is not None:
             self.skipped += 1  # never overlap: the previous run still holds the GPUs
             return

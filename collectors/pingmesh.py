@@ -10,13 +10,25 @@ Side effects come from ``PingmeshFactories``: ``socket`` (``fabricd.probe.Socket
 lab passes one that opens sockets inside a host namespace), ``responder`` (the responder protocol;
 tests pass one that drops a known number of replies) and ``prober`` (``fabricd eval`` plugs in a
 path-model prober). The probing starts on the first ``collect()``.
+
+Path tracing (``trace_paths``, on by default; IPv4 peers): each pair's 5-tuple is traced at start,
+when the pair turns bad and every ``trace_refresh_seconds`` (``fabricd.tracing``), and each trace is
+reported once, in the next collect, as ``path_info`` (``device`` = peer; labels ``src``,
+``src_port``, ``dst``, ``dst_port``, ``hops``: the hop addresses in TTL order, space separated,
+``*`` for a silent hop; ``reached``; ``reason``). Addresses are sent raw: the central maps them to
+topology elements (docs/topology.md, "Traced paths").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+import logging
 import socket
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -24,7 +36,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
-from fabricd.model import Kind, Reading
+from fabricd.model import Kind, Reading, labels_of
 from fabricd.probe import (
     ProberProtocol,
     ResponderProtocol,
@@ -36,10 +48,18 @@ from fabricd.probe import (
     start_prober,
     start_responder,
 )
+from fabricd.tracing import PathTracer, TracedPath, TraceParams, TracePolicy
 
 SOURCE = "pingmesh"
 DEFAULT_PORT = 19471
 DEFAULT_RATE = 10.0  # probes/s per peer within a rack (Pingmesh, SIGCOMM 2015); configure less across
+# A pair "turns bad" for tracing when a probe was lost in the interval, or its RTT p99 is this many
+# times its median p99 over the last BAD_HISTORY intervals. A false trigger costs one trace (rate
+# limited), a missed one a stale path, so the bar is low: a loaded host's scheduling stalls move p99
+# by 2-3x (docs/detection.md, tail latency), a queue building behind a fault by 10x and more.
+BAD_P99_FACTOR = 4.0
+BAD_HISTORY = 30
+log = logging.getLogger(__name__)
 
 
 class PeerOptions(BaseModel):
@@ -66,6 +86,13 @@ class PingmeshOptions(CollectorOptions):
     dscp: int | None = Field(default=None, ge=0, le=63)
     shape: Shape = Shape.UDP
     payload_bytes: int = Field(default=0, ge=0, le=8000)
+    # Path tracing with each probe's 5-tuple (fabricd.tracing); IPv4 peers only.
+    trace_paths: bool = True
+    trace_refresh_seconds: float = Field(default=600.0, gt=0)
+    trace_pair_interval_seconds: float = Field(default=60.0, ge=0)
+    trace_rate_per_second: float = Field(default=1.0, gt=0, le=100)
+    trace_max_hops: int = Field(default=16, ge=1, le=64)
+    trace_timeout_seconds: float = Field(default=1.0, gt=0, le=10)
 
     @field_validator("peers")
     @classmethod
@@ -112,6 +139,10 @@ class PingmeshCollector:
         self.prober: Any = None  # ProberProtocol, or what prober_factory built (same ledger interface)
         self.responder: ResponderProtocol | None = None
         self.transports: list[asyncio.DatagramTransport] = []
+        self.tracer: PathTracer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lost: dict[str, int] = {}  # peer -> probes lost at the last collect
+        self._p99s: dict[str, deque[float]] = {}  # peer -> its last intervals' RTT p99
 
     async def start(self, probe: bool = True) -> None:
         """Open the responder, then (``probe``) start probing; ``start(probe=False)`` on every agent
@@ -136,10 +167,34 @@ class PingmeshCollector:
         if self.prober_factory is not None:
             self.prober = self.prober_factory(targets, timeout_ns)
             return
-        sock = self.socket_factory(_family(peers[0].address))
+        family = _family(peers[0].address)
+        sock = self.socket_factory(family)
         set_dscp(sock, self.options.dscp)
+        tracing = self.options.trace_paths and family == socket.AF_INET
+        if tracing:  # the trace sockets share the probes' source port (fabricd.tracing)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind(("0.0.0.0", 0))
         self.prober = ProberProtocol(targets, timeout_ns, shape=self.options.shape, pad_len=self.options.payload_bytes)
         self.transports.append(await start_prober(sock, self.prober))
+        if tracing:
+            self._start_tracer(targets, int(sock.getsockname()[1]))
+        elif self.options.trace_paths:
+            log.warning("pingmesh: path tracing is IPv4 only; not tracing the IPv6 peers")
+
+    def _start_tracer(self, targets: list[Target], src_port: int) -> None:
+        o = self.options
+        params = TraceParams(
+            o.trace_refresh_seconds,
+            o.trace_pair_interval_seconds,
+            o.trace_rate_per_second,
+            o.trace_max_hops,
+            o.trace_timeout_seconds,
+        )
+        policy = TracePolicy(params, [t.name for t in targets], time.monotonic())
+        assert self.prober is not None
+        passer = self.prober.datagram_received
+        self.tracer = PathTracer(targets, src_port, policy, self.socket_factory, passer, o.shape, o.dscp)
+        self._tasks.append(asyncio.create_task(self.tracer.run()))
 
     @property
     def listen_port(self) -> int:
@@ -155,7 +210,21 @@ class PingmeshCollector:
         out: list[Reading] = []
         for session, target in self.prober.targets.items():
             out.extend(self._peer_readings(target.name, session, now))
+        if self.tracer is not None:
+            out.extend(path_reading(p) for p in self.tracer.take())
         return out
+
+    def _watch(self, peer: str, lost: int, p99: float | None) -> None:
+        """Mark a pair bad for the tracer (``BAD_P99_FACTOR``): lost probes, or a p99 jump."""
+        if self.tracer is None:
+            return
+        history = self._p99s.setdefault(peer, deque(maxlen=BAD_HISTORY))
+        jumped = p99 is not None and len(history) >= 3 and p99 > BAD_P99_FACTOR * statistics.median(history)
+        if lost > self._lost.get(peer, lost) or jumped:
+            self.tracer.policy.mark_bad(peer, self.tracer.clock())
+        self._lost[peer] = lost
+        if p99 is not None:
+            history.append(p99)
 
     def _peer_readings(self, peer: str, session: int, now_ns: int) -> list[Reading]:
         assert self.prober is not None
@@ -170,6 +239,7 @@ class PingmeshCollector:
             _counter(peer, "probes_out_of_order", c.out_of_order),
         ]
         rtt = ledger.take_rtt()
+        self._watch(peer, c.lost, rtt.p99 if rtt is not None else None)
         if rtt is not None:
             for name, value in (
                 ("rtt_min", rtt.min),
@@ -188,7 +258,29 @@ class PingmeshCollector:
 
     async def close(self) -> None:
         self.stop_probing()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
         for transport in self.transports:
             transport.close()
         self.transports = []
         await asyncio.sleep(0)  # let the cancelled pacing tasks finish
+
+
+def path_reading(p: TracedPath) -> Reading:
+    """One trace as an info reading (the central stores it apart from the series: docs/topology.md)."""
+    labels = labels_of(
+        {
+            "src": p.src,
+            "src_port": str(p.src_port),
+            "dst": p.dst,
+            "dst_port": str(p.dst_port),
+            "hops": " ".join(h.address or "*" for h in p.hops),
+            "reached": "true" if p.hops and p.hops[-1].reached else "false",
+            "reason": p.reason,
+        }
+    )
+    return Reading(SOURCE, p.peer, "", "path", 1.0, "", Kind.INFO, labels, "path_info", 0)

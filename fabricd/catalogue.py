@@ -12,16 +12,19 @@ hardware, their type and labels do not.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import cache
 
 from fabricd import signal_table as table
+from fabricd.catalogue_self import SELF_ROWS
+from fabricd.catalogue_spec import MetricSpec, counter, gauge, rows
+from fabricd.derived import MODEL_INFO, MODEL_INFO_HELP, MODEL_INFO_LABELS
 from fabricd.drivers import ethtool as eth
 from fabricd.drivers import ib
 from fabricd.drivers.ib import pma
 from fabricd.drivers.vocabulary import PORT as PORT_ATTRIBUTES
 from fabricd.drivers.vocabulary import VOCABULARY, Term
+from fabricd.jobs_catalogue import JOB_FAMILIES
 from fabricd.model import Kind
 from fabricd.naming import metric_stem
 
@@ -29,45 +32,17 @@ IB_SOURCE = "infiniband"
 MEASURED = frozenset({"bytes", "seconds", "ticks", "ratio"})  # units a name carries (fabricd.naming)
 
 
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    name: str  # as exposed; a regex when ``pattern``
-    type: str  # counter | gauge | histogram
-    unit: str  # base unit ("" for counts and levels)
-    help: str
-    labels: tuple[str, ...]  # on every series
-    optional: tuple[str, ...] = ()  # on some series only
-    pattern: bool = False
-
-    def matches(self, name: str) -> bool:
-        return re.fullmatch(self.name, name) is not None if self.pattern else name == self.name
-
-
 PORT = ("node", "device", "port")
+AGENT = ("node",)  # on the agent's own /metrics, every series of its own carries its node
+SIG = ("signal", "node", "device", "port")
 IFACE = ("node", "device")
+LLDP_NEIGHBOR = ("chassis", "chassis_id", "port_id", "port_id_type", "port_descr", "port", "mgmt_ip", "capabilities")
+LLDP_CHASSIS = ("chassis", "chassis_id", "capabilities")
+IB_CABLE = ("guid", "type", "desc", "width", "speed", "remote_guid", "remote_type", "remote_port", "remote_desc")
+PATH_TRACE = ("src", "src_port", "dst", "dst_port", "hops", "reached", "reason")
+IB_PATH = ("src_node", "src", "dst", "hops", "reached", "reason")
 PRIO = ("node", "device", "priority")
 QDISC = ("node", "device", "qdisc", "handle", "parent")
-
-
-def _counter(
-    name: str, unit: str, help: str, labels: tuple[str, ...], optional: tuple[str, ...] = (), pattern: bool = False
-) -> tuple[MetricSpec, MetricSpec]:
-    rate_unit = f"{unit}/s" if unit else "1/s"
-    rate_help = f"Per-second rate (agent-computed): {help[0].lower()}{help[1:]}"
-    return (
-        MetricSpec(f"{name}_total", "counter", unit, help, labels, optional, pattern),
-        MetricSpec(f"{name}_per_second", "gauge", rate_unit, rate_help, labels, optional, pattern),
-    )
-
-
-def _gauge(
-    name: str, unit: str, help: str, labels: tuple[str, ...], optional: tuple[str, ...] = ()
-) -> tuple[MetricSpec]:
-    return (MetricSpec(name, "gauge", unit, help, labels, optional),)
-
-
-def _rows(*groups: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
-    return tuple(spec for group in groups for spec in group)
 
 
 def _unit(term: Term) -> str:
@@ -79,15 +54,15 @@ def _term(source: str, term: Term, labels: tuple[str, ...], optional: tuple[str,
     """The families of one neutral name as ``source`` exposes it (``fabricd.naming``)."""
     stem = metric_stem(source, term.name, term.unit)
     if term.kind is Kind.GAUGE:
-        return _gauge(stem, _unit(term), term.meaning, labels, optional)
-    return _counter(stem, _unit(term), term.meaning, labels, optional)
+        return gauge(stem, _unit(term), term.meaning, labels, optional)
+    return counter(stem, _unit(term), term.meaning, labels, optional)
 
 
 def _ib_rows() -> tuple[MetricSpec, ...]:
     """counters/ rows per port; hw_counters/ rows of every driver table, per device or port."""
     pma_terms = dict.fromkeys(c.name for c in (*pma.COUNTERS.values(), *pma.EXT.values()))
     hw_terms = dict.fromkeys(c.name for d in ib.drivers() for c in d.counters)
-    return _rows(
+    return rows(
         *(_term(IB_SOURCE, VOCABULARY[n], PORT) for n in pma_terms),
         *(_term(IB_SOURCE, VOCABULARY[n], ("node", "device"), ("port",)) for n in hw_terms),
         *(_term(IB_SOURCE, t, PORT) for t in PORT_ATTRIBUTES),
@@ -99,15 +74,15 @@ def _ethtool_rows() -> tuple[MetricSpec, ...]:
     per_priority: dict[str, bool] = {}
     for rule in (r for d in eth.drivers() for r in d.rules):
         per_priority[rule.name] = per_priority.get(rule.name, False) or rule.priority is not None
-    return _rows(*(_term("ethtool", VOCABULARY[n], PRIO if p else IFACE) for n, p in per_priority.items()))
+    return rows(*(_term("ethtool", VOCABULARY[n], PRIO if p else IFACE) for n, p in per_priority.items()))
 
 
 def _derived_rows() -> tuple[MetricSpec, ...]:
-    rows = (s for s in table.SIGNALS if s.agent)
-    return _rows(
+    signals = (s for s in table.SIGNALS if s.agent)
+    return rows(
         *(
-            _gauge(metric_stem("derived", s.name, s.unit), _RATES.get(s.unit, ""), s.help, s.labels, s.optional_labels)
-            for s in rows
+            gauge(metric_stem("derived", s.name, s.unit), _RATES.get(s.unit, ""), s.help, s.labels, s.optional_labels)
+            for s in signals
         )
     )
 
@@ -162,10 +137,10 @@ NCCL_RUN = ("node", "op")
 
 SELF_NODE_COLLECTOR = ("node", "collector")
 
-CATALOGUE: tuple[MetricSpec, ...] = _rows(
+CATALOGUE: tuple[MetricSpec, ...] = rows(
     # --- infiniband collector (tables: fabricd/drivers/ib/) ---
     _ib_rows(),
-    _counter(
+    counter(
         IB + r"[a-z_][a-z0-9_]*",
         "",
         "A hw_counters/ counter of a driver fabricd has no name for (raw name)",
@@ -173,28 +148,50 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
         ("port",),
         pattern=True,
     ),
-    _gauge(
+    gauge(
         IB + "device_info",
         "",
         "HCA attributes (value 1)",
         ("node", "device"),
         ("firmware_version", "board_id", "hca_type", "node_guid"),
     ),
-    _gauge(
-        IB + "port_info", "", "Port link layer and state names (value 1)", PORT, ("link_layer", "state", "phys_state")
+    gauge(
+        IB + "port_info",
+        "",
+        "Port link layer, state names and netdev (value 1)",
+        PORT,
+        ("link_layer", "state", "phys_state", "netdev"),
+    ),
+    # --- lldp collector (docs/topology.md) ---
+    gauge("fabricd_lldp_neighbor_info", "", "A neighbour lldpd heard on an interface (value 1)", IFACE, LLDP_NEIGHBOR),
+    gauge("fabricd_lldp_chassis_info", "", "This machine's LLDP chassis (value 1)", ("node",), LLDP_CHASSIS),
+    # --- ibfabric collector: what ibnetdiscover found (docs/topology.md "InfiniBand") ---
+    gauge(
+        "fabricd_ibfabric_cable_info",
+        "",
+        "A cabled port as ibnetdiscover saw it, with its far end (value 1)",
+        PORT,
+        IB_CABLE,
+    ),
+    gauge(
+        "fabricd_ibfabric_path_info",
+        "",
+        "The last ibtracert path between two hosts' HCA ports: switch GUIDs, then the destination's (value 1)",
+        ("node", "device"),
+        IB_PATH,
     ),
     # --- ethtool collector (tables: fabricd/drivers/ethtool/) ---
     _ethtool_rows(),
-    _counter(
+    counter(
         ETH + r"[a-z_][a-z0-9_]*",
         "",
         "An ethtool -S statistic without a neutral name (raw name; only with include_unmapped or include_queues)",
         IFACE,
         pattern=True,
     ),
-    _gauge(ETH + "link_speed_bytes_per_second", "bytes/s", "Negotiated link speed", IFACE),
-    _gauge(ETH + "link_detected", "", "1 if the link is detected (ethtool link status)", IFACE),
-    _gauge(
+    gauge(ETH + "link_speed_bytes_per_second", "bytes/s", "Negotiated link speed", IFACE),
+    gauge(ETH + "link_detected", "", "1 if the link is detected (ethtool link status)", IFACE),
+    gauge(
         ETH + "driver_info",
         "",
         "NIC driver attributes (value 1)",
@@ -202,56 +199,70 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
         ("driver", "version", "firmware_version", "bus_info"),
     ),
     # --- netlink collector ---
-    *(_counter(NL + n, u, h, IFACE) for n, u, h in _NL_LINK),
-    *(_counter(NL + n, u, h, QDISC) for n, u, h in _NL_QDISC),
-    _gauge(NL + "qdisc_backlog_bytes", "bytes", "Bytes queued in the qdisc now", QDISC),
-    _gauge(NL + "qdisc_backlog_packets", "", "Packets queued in the qdisc now", QDISC),
+    *(counter(NL + n, u, h, IFACE) for n, u, h in _NL_LINK),
+    *(counter(NL + n, u, h, QDISC) for n, u, h in _NL_QDISC),
+    gauge(NL + "qdisc_backlog_bytes", "bytes", "Bytes queued in the qdisc now", QDISC),
+    gauge(NL + "qdisc_backlog_packets", "", "Packets queued in the qdisc now", QDISC),
     # --- pingmesh collector (peer = the probed node) ---
-    *(_counter(PM + n, "", h, ("node", "peer")) for n, h in _PM_COUNTERS),
+    *(counter(PM + n, "", h, ("node", "peer")) for n, h in _PM_COUNTERS),
     *(
-        _gauge(PM + f"rtt_{q}_seconds", "seconds", f"Round-trip time {q} over the last interval", ("node", "peer"))
+        gauge(PM + f"rtt_{q}_seconds", "seconds", f"Round-trip time {q} over the last interval", ("node", "peer"))
         for q in ("min", "p50", "p90", "p99", "max")
     ),
+    gauge(
+        PM + "path_info",
+        "",
+        "The last traced path of the probes to a peer: hop addresses in TTL order (value 1)",
+        ("node", "peer"),
+        PATH_TRACE,
+    ),
     # --- nccl collector (op = the collective, e.g. all_reduce) ---
-    _gauge(
+    gauge(
         NC + "time_seconds",
         "seconds",
         "Time of one collective at this size (NCCL-tests time column)",
         NCCL_ROW,
         ("root",),
     ),
-    _gauge(NC + "algbw_bytes_per_second", "bytes/s", "Algorithm bandwidth at this size", NCCL_ROW, ("root",)),
-    _gauge(
+    gauge(NC + "algbw_bytes_per_second", "bytes/s", "Algorithm bandwidth at this size", NCCL_ROW, ("root",)),
+    gauge(
         NC + "busbw_bytes_per_second",
         "bytes/s",
         "Bus bandwidth at this size (comparable across ops)",
         NCCL_ROW,
         ("root",),
     ),
-    _gauge(NC + "wrong_elements", "", "Wrong elements reported (#wrong; must be 0)", NCCL_ROW, ("root",)),
-    _gauge(NC + "avg_busbw_bytes_per_second", "bytes/s", "Average bus bandwidth of the last run", NCCL_RUN),
-    _gauge(NC + "out_of_bounds_values", "", "Out-of-bounds values of the last run", NCCL_RUN),
-    _gauge(NC + "run_success", "", "1 if the last run completed without error", NCCL_RUN),
-    _gauge(NC + "run_duration_seconds", "seconds", "Wall time of the last run", NCCL_RUN),
-    _gauge(
+    gauge(NC + "wrong_elements", "", "Wrong elements reported (#wrong; must be 0)", NCCL_ROW, ("root",)),
+    gauge(NC + "avg_busbw_bytes_per_second", "bytes/s", "Average bus bandwidth of the last run", NCCL_RUN),
+    gauge(NC + "out_of_bounds_values", "", "Out-of-bounds values of the last run", NCCL_RUN),
+    gauge(NC + "run_success", "", "1 if the last run completed without error", NCCL_RUN),
+    gauge(
+        NC + "run_host_info",
+        "",
+        "1 per host of the last run (from its '#  Rank N ... on HOST' lines): who ran with whom",
+        (*NCCL_RUN, "host"),
+    ),
+    gauge(NC + "run_duration_seconds", "seconds", "Wall time of the last run", NCCL_RUN),
+    gauge(
         NC + "run_failed_last_timestamp_seconds", "seconds", "When a run last failed, by reason", NCCL_RUN, ("reason",)
     ),
-    _counter(NC + "runs_skipped", "", "Runs not started because the previous one was still running", NCCL_RUN),
-    _gauge(
-        NC + "nodes", "", "Nodes of the last run's job (distinct hosts of its ranks, or the nodes option)", NCCL_RUN
-    ),
-    _gauge(NC + "ranks", "", "Ranks (GPUs) of the last run's job", NCCL_RUN),
-    _gauge(
+    counter(NC + "runs_skipped", "", "Runs not started because the previous one was still running", NCCL_RUN),
+    gauge(NC + "nodes", "", "Nodes of the last run's job (distinct hosts of its ranks, or the nodes option)", NCCL_RUN),
+    gauge(NC + "ranks", "", "Ranks (GPUs) of the last run's job", NCCL_RUN),
+    gauge(
         NC + "model_efficiency_ratio",
         "ratio",
         "Achievable fraction of line rate the performance model "
         "assumes for this job (option model_efficiency, else the model default), by algorithm",
         (*NCCL_RUN, "algo"),
     ),
+    # --- jobs collector (docs/jobs.md): info series to join on, never a label on every sample ---
+    *(gauge(name, "", help, labels, optional) for name, help, labels, optional in JOB_FAMILIES),
     # --- derived signals (computed at the agent from one scrape's rates: fabricd/signal_table.py) ---
     _derived_rows(),
+    gauge(f"fabricd_derived_{MODEL_INFO}_info", "", MODEL_INFO_HELP, ("node", "device", *MODEL_INFO_LABELS)),
     # --- counter semantics ---
-    _gauge(
+    gauge(
         "fabricd_saturated_since_timestamp_seconds",
         "seconds",
         "Since when a counter has been clamped at "
@@ -265,117 +276,14 @@ CATALOGUE: tuple[MetricSpec, ...] = _rows(
             "fabricd_exporter_series_refused_total",
             "counter",
             "",
-            "Series left out of /metrics, by family and reason (family_cap, label_too_long, type_conflict)",
+            "Series left out of /metrics, by family and reason (family_cap, fleet_cap, label_too_long, type_conflict)",
             ("family", "reason"),
         ),
     ),
-    # --- central service (fabricd/server/metrics.py) ---
-    _gauge("fabricd_store_up", "", "1 if the fleet view could be read from the database", ()),
-    _gauge(
-        "fabricd_agent_last_seen_timestamp_seconds",
-        "seconds",
-        "When the central last accepted a batch from the node's agent",
-        ("node",),
-    ),
-    _gauge("fabricd_agent_info", "", "Agent version per node (value 1)", ("node", "version")),
-    _gauge("fabricd_collector_success", "", "1 if the collector's last run succeeded", ("collector",), ("node",)),
-    _gauge(
-        "fabricd_collector_duration_seconds",
-        "seconds",
-        "Duration of the collector's last run",
-        ("collector",),
-        ("node",),
-    ),
-    _gauge("fabricd_incidents_open", "", "Incidents not yet resolved (open or acknowledged)", ("kind", "severity")),
-    (
-        MetricSpec("fabricd_ingest_batches_total", "counter", "", "Batches accepted and stored", ()),
-        MetricSpec("fabricd_ingest_samples_total", "counter", "", "Samples accepted and stored", ()),
-        MetricSpec("fabricd_ingest_rejected_batches_total", "counter", "", "Batches refused, by reason", ("reason",)),
-        MetricSpec("fabricd_ingest_duplicate_batches_total", "counter", "", "Retried batches acknowledged again", ()),
-        MetricSpec("fabricd_ingest_series_created_total", "counter", "", "New series stored", ()),
-        MetricSpec(
-            "fabricd_ingest_duration_seconds", "histogram", "seconds", "Time to decode, check and store one batch", ()
-        ),
-        MetricSpec("fabricd_detection_errors_total", "counter", "", "Detector runs that raised", ()),
-        MetricSpec("fabricd_store_deleted_points_total", "counter", "", "Points deleted past retention", ()),
-        MetricSpec(
-            "fabricd_store_downsampled_points_total", "counter", "", "Raw points folded into downsampled buckets", ()
-        ),
-        MetricSpec(
-            "fabricd_store_latest_flushed_series_total",
-            "counter",
-            "",
-            "Series rows whose latest value was written to the database",
-            (),
-        ),
-        MetricSpec(
-            "fabricd_store_latest_flush_errors_total",
-            "counter",
-            "",
-            "Writes of latest values that failed (kept in memory and retried)",
-            (),
-        ),
-        MetricSpec(
-            "fabricd_store_latest_flush_duration_seconds",
-            "histogram",
-            "seconds",
-            "Time to write the latest values changed since the previous write",
-            (),
-        ),
-    ),
-    _gauge(
-        "fabricd_store_latest_unflushed_series",
-        "",
-        "Series whose latest value is in memory only (written every latest_flush_seconds)",
-        (),
-    ),
-    _gauge(
-        "fabricd_detection_lag_seconds",
-        "seconds",
-        "Wall time minus the event time of the newest sample the detectors processed",
-        (),
-    ),
-    _gauge("fabricd_detection_backlog_points", "", "Stored points the detectors have not processed yet", ()),
-    # --- alert hooks (fabricd/hooks) ---
-    (
-        MetricSpec(
-            "fabricd_hook_notifications_total",
-            "counter",
-            "",
-            "Incident notifications by hook and outcome (delivered, retried, failed, dropped)",
-            ("hook", "outcome"),
-        ),
-    ),
-    _gauge("fabricd_hook_queue_depth", "", "Notifications waiting per hook", ("hook",)),
-    # --- agent transport (fabricd/transport/metrics.py; the agent's own /metrics) ---
-    (
-        MetricSpec(
-            "fabricd_agent_batches_sent_total", "counter", "", "Batches acknowledged by the central service", ()
-        ),
-        MetricSpec(
-            "fabricd_agent_batches_retried_total",
-            "counter",
-            "",
-            "Send attempts of batches that had failed once or were spooled",
-            (),
-        ),
-        MetricSpec("fabricd_agent_batches_spooled_total", "counter", "", "Batches written to the on-disk spool", ()),
-        MetricSpec("fabricd_agent_batches_dropped_total", "counter", "", "Batches given up on, by reason", ("reason",)),
-        MetricSpec(
-            "fabricd_agent_spool_quarantined_total", "counter", "", "Spool files quarantined (corrupt or rejected)", ()
-        ),
-        MetricSpec("fabricd_agent_send_duration_seconds", "histogram", "seconds", "Duration of one send attempt", ()),
-    ),
-    _gauge("fabricd_agent_spool_bytes", "bytes", "Bytes held in the agent's spool", ()),
-    _gauge("fabricd_agent_spool_batches", "", "Batches held in the agent's spool", ()),
-    _gauge("fabricd_agent_central_up", "", "1 while the last send to the central service succeeded", ()),
-    _gauge(
-        "fabricd_agent_last_successful_send_timestamp_seconds",
-        "seconds",
-        "When the central last acknowledged a batch from this agent",
-        (),
-    ),
+    SELF_ROWS,
 )
+# A run read from a log file also carries the file's name (collectors/nccl.py with_file).
+CATALOGUE = tuple(replace(s, optional=(*s.optional, "file")) if s.name.startswith(NC) else s for s in CATALOGUE)
 
 
 @cache

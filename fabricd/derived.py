@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from fabricd import signal_table as table
-from fabricd.model import Kind, Labels, Reading, Sample, Status
-from fabricd.perfmodel import ALGOS, OPS, Fabric, efficiency, predict
+from fabricd.model import Kind, Labels, Reading, Sample, Status, labels_of
+from fabricd.perfmodel import ALGOS, GBIT, OPS, Fabric, efficiency, predict
 from fabricd.signal_math import join_device_level
 
 SOURCE = "derived"
@@ -130,8 +130,35 @@ def nccl_efficiency(inputs: Sequence[Sample]) -> Iterator[Sample]:
     for op, run in runs.items():
         value = run_efficiency(op, run, *ports)
         if value is not None and run.busbw is not None:
-            labels = (("size", str(run.size)),)
-            yield _derived(run.busbw.ts, run.busbw.reading.device, "", "nccl_efficiency", value, labels, "ratio")
+            ts, device = run.busbw.ts, run.busbw.reading.device
+            yield _derived(ts, device, "", "nccl_efficiency", value, (("size", str(run.size)),), "ratio")
+            info = Reading(SOURCE, device, "", MODEL_INFO, 1.0, "", Kind.INFO, model_labels(run, *ports), MODEL_INFO, 0)
+            yield Sample(ts, info)
+
+
+# The model an efficiency was judged against, as an info series beside it (value 1): the node's
+# ports as its sysfs gave them and the job's shape, so a low efficiency can be read against them.
+MODEL_INFO = "nccl_efficiency_model"
+MODEL_INFO_LABELS = ("size", "hcas", "link_rate_gbps", "nodes", "gpus_per_node", "algo", "efficiency")
+MODEL_INFO_HELP = (
+    "The model nccl_efficiency was judged against (value 1): this node's active fabric ports and rate "
+    "from its sysfs, and the run's job shape, algorithm and model efficiency"
+)
+
+
+def model_labels(run: NcclRunInputs, hcas: int, link_rate: float) -> Labels:
+    nodes = int(run.nodes or 0)
+    return labels_of(
+        {
+            "size": str(run.size),
+            "hcas": str(hcas),
+            "link_rate_gbps": f"{link_rate / GBIT:g}",
+            "nodes": str(nodes),
+            "gpus_per_node": str(int(run.ranks or 0) // max(nodes, 1)),
+            "algo": run.algo if run.algo in ALGOS else "ring",
+            "efficiency": f"{run.efficiency:g}",
+        }
+    )
 
 
 def nccl_runs(samples: Iterator[Sample]) -> dict[str, NcclRunInputs]:

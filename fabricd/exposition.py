@@ -36,7 +36,14 @@ from fabricd.naming import metric_stem, sanitize
 log = logging.getLogger("fabricd.exposition")
 
 # What ``device`` means for sources whose "device" is not a NIC.
-DEVICE_LABEL: dict[str, str] = {"nccl": "op", "pingmesh": "peer"}
+DEVICE_LABEL: dict[str, str] = {
+    "nccl": "op",
+    "pingmesh": "peer",
+    "job": "job_id",
+    "gpu": "gpu",
+    "inspector": "collective",
+    "ras": "group",
+}
 # Free text from tools or drivers: unbounded values, kept in the REST API and incidents, not here.
 FREE_TEXT_LABELS = frozenset({"detail", "error", "message"})
 REFUSED = "fabricd_exporter_series_refused"
@@ -166,7 +173,7 @@ def add_sample(b: SeriesSink, s: Sample, node: str | None) -> None:
 
 def sample_values(s: Sample) -> list[float]:
     """The values ``add_sample`` gives its series, in the same order: what changes between scrapes of
-    one series (the names and labels do not, so the central caches them; see ``fleet_text``)."""
+    one series (the names and labels do not, so the central caches them; see ``fabricd.exposition_text``)."""
     r = s.reading
     if r.kind is Kind.COUNTER:
         values = [r.value]

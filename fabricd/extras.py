@@ -15,6 +15,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "fastapi_offline"),
     "report": ("matplotlib",),
     "capture": ("scapy",),
+    "kubernetes": ("grpc",),
+    "bus": ("nats",),
 }
 _MODULE_EXTRA = {module: extra for extra, modules in EXTRAS.items() for module in modules}
 # The PostgreSQL driver comes with the server extra (and alone as fabricd[postgres]).

@@ -190,11 +190,18 @@ class Candidate:
 
     element: str  # "leaf-01~spine-02", "node-007/mlx5_3", "leaf-01", "node-007"
     score: float
+    # the share of the evidence pointing at it: a symptom whose path is known gives each element on
+    # it its whole weight, one with n ECMP alternatives 1/n to each (docs/detection.md)
+    weight: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """One signal that fired: what, where, how much, against which threshold (event time)."""
+    """One signal that fired: what, where, how much, against which threshold (event time).
+
+    ``op`` and ``threshold`` are the rule's condition (``>`` 20000); ``unit`` is the signal's unit
+    in ``fabricd.signal_table`` (``packets_per_second``), so every view can write "350k packets/s,
+    threshold > 20k packets/s" without knowing the rules (empty: stored before they were carried)."""
 
     signal: str  # e.g. "ecn_marked_ratio"
     node: str
@@ -205,6 +212,21 @@ class Evidence:
     ts: float
     labels: Labels = ()
     note: str = ""
+    op: str = ""  # ">", ">=", "<", "<="
+    unit: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AffectedJob:
+    """A job an incident hurts: its nodes whose traffic crosses the incident's element."""
+
+    job_id: str
+    user: str
+    name: str
+    nodes: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.job_id, "user": self.user, "name": self.name, "nodes": list(self.nodes)}
 
 
 @dataclass(slots=True)
@@ -229,3 +251,6 @@ class Incident:
     affected: list[str] = field(default_factory=list)  # nodes or "node-a|node-b" pairs
     evidence: list[Evidence] = field(default_factory=list)
     timeline: list[tuple[float, str]] = field(default_factory=list)  # (ts, what happened)
+    affected_jobs: list[AffectedJob] = field(default_factory=list)  # set by the central (fabricd.jobmap)
+    narrowed_from: list[str] = field(default_factory=list)  # earlier keys of this incident, oldest first
+    ambiguous: bool = False  # localization could not tell the candidates apart (docs/detection.md)

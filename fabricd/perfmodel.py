@@ -52,6 +52,7 @@ class Prediction:
     time_seconds: float
     algbw_bytes_per_second: float
     busbw_bytes_per_second: float
+    protocol: str = ""  # LL, LL128 or Simple when NCCL's tuner model chose (fabricd.tuner); "" otherwise
 
 
 def busbw_factor(op: str, ranks: int) -> float:
@@ -237,7 +238,7 @@ def efficiency(measured_busbw: float, predicted_busbw: float) -> float:
 
 
 def observations_from_run(run: object, nodes: int, algo: str = "ring", op: str = "") -> list[Observation]:
-    """Healthy out-of-place rows of a parsed NCCL-tests run (``fabricd.nccl_parse.NcclRun``).
+    """Healthy out-of-place rows of a parsed NCCL-tests run (``fabricd.parsers.nccl.NcclRun``).
 
     ``op`` overrides the run's own (logs cut out of a larger file often lack the binary name)."""
     op = op or str(getattr(run, "op", ""))

@@ -12,6 +12,11 @@ serves the infiniband, netlink and ethtool collectors:
   the worst priority is shown;
 - xmit wait: ``port_transmit_wait`` ticks per second (the IB congestion signal);
 - link rate: ``link_rate`` (IB ``rate`` file) or ethtool ``speed``, in bytes per second.
+
+One port, one identity: a RoCE port is an RDMA device port (sysfs counters) *and* a network
+interface (ethtool, netlink). The infiniband collector names the port's netdev (``port_info`` label
+``netdev``, from sysfs ``gid_attrs/ndevs``); the interface's readings join that port's row, so the
+port is listed once, with its pause fraction (ethtool) next to its state and rate (sysfs).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ TX_BYTES = frozenset({"port_transmit_data", "legacy_port_transmit_data", "tx_byt
 PAUSE = frozenset({"rx_pause_duration", "tx_pause_duration"})
 XMIT_WAIT = frozenset({"port_transmit_wait"})
 LINK_RATE = frozenset({"link_rate", "speed"})
+PORT_SOURCES = frozenset({"infiniband", "netlink", "ethtool"})
 
 
 @dataclass(slots=True)
@@ -41,6 +47,7 @@ class PortView:
     pause: float | None = None
     xmit_wait: float | None = None
     updated_ts: float = 0.0
+    netdev: str = ""  # the network interface of a RoCE port (joined from sysfs), "" otherwise
 
     @property
     def utilization(self) -> float | None:
@@ -91,15 +98,38 @@ def _apply(view: PortView, s: Sample) -> None:
 
 
 def port_views(latest: Iterable[tuple[str, Sample]]) -> list[PortView]:
-    """Group the latest samples by (node, device, port) and read each port's signals."""
-    views: dict[tuple[str, str, str], PortView] = {}
-    for node, s in latest:
+    """Group the latest samples by port and read each port's signals: (node, device, port), with a
+    RoCE port's network interface folded into its RDMA port."""
+    samples = [(node, s) for node, s in latest if s.reading.source in PORT_SOURCES and s.reading.device]
+    netdevs: dict[tuple[str, str], tuple[str, str]] = {}  # (node, netdev) -> its RDMA port
+    ports: dict[tuple[str, str], set[str]] = {}  # (node, RDMA device) -> its port numbers
+    for node, s in samples:
         r = s.reading
-        if r.source not in ("infiniband", "netlink", "ethtool") or not r.device:
-            continue
-        key = (node, r.device, r.port)
-        view = views.get(key) or views.setdefault(key, PortView(node, r.device, r.port))
+        if r.source == "infiniband" and r.port:
+            ports.setdefault((node, r.device), set()).add(r.port)
+            if r.name == "port_info" and (netdev := dict(r.labels).get("netdev")):
+                netdevs[(node, netdev)] = (r.device, r.port)
+    port_of = dict(netdevs)  # (node, netdev or RDMA device) -> the port its readings belong to
+    for (node, device), numbers in ports.items():
+        if len(numbers) == 1:  # device-level readings (INFO, hw_counters) belong to its one port
+            port_of.setdefault((node, device), (device, next(iter(numbers))))
+    views: dict[tuple[str, str, str], PortView] = {}
+    for node, s in samples:
+        r = s.reading
+        if r.source == "infiniband" and r.port:
+            device, port = r.device, r.port
+        elif (node, r.device) in port_of:
+            device, port = port_of[(node, r.device)]
+        elif r.source == "infiniband":
+            continue  # device-level readings of a multi-port device: no one port to show them on
+        else:
+            device, port = r.device, r.port
+        key = (node, device, port)
+        view = views.get(key) or views.setdefault(key, PortView(node, device, port))
         _apply(view, s)
+    for (node, netdev), (rdma, number) in netdevs.items():
+        if (joined := views.get((node, rdma, number))) is not None:
+            joined.netdev = netdev
     return list(views.values())
 
 

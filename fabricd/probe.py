@@ -298,6 +298,10 @@ class ProberProtocol(asyncio.DatagramProtocol):
         self.shape, self.pad_len, self.clock_ns = shape, pad_len, clock_ns
         self.transport: asyncio.DatagramTransport | None = None
         self.tasks: list[asyncio.Task[None]] = []
+        if shape is Shape.ROCEV2:
+            # Import scapy now, not in the first send: send_one reads the clock before encoding,
+            # and a 1-2 s import there put the first probe past its timeout (lost, then late).
+            encode(Probe(REQUEST, 0, 0, 0, 0, shape))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.

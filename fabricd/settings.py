@@ -58,11 +58,42 @@ class SpoolSettings(_Strict):
     )
 
 
+class BusSettings(_Strict):
+    """NATS JetStream between agents and the central (fabricd/bus.py, docs/transport.md)."""
+
+    url: str = _doc(
+        "",
+        "nats://HOST:PORT. Agent: publish batches there instead of POSTing them to the central. "
+        "Central: also consume what agents publish. Empty: HTTP only.",
+    )
+    prefix: str = _doc("fabricd", "Subject prefix and stream name stem (several deployments on one NATS).")
+    partitions: int = _doc(16, "Fixed partition count of the subjects (the same on agents and central).", ge=1)
+
+    @field_validator("url")
+    @classmethod
+    def _nats_url(cls, v: str) -> str:
+        if v and not v.startswith(("nats://", "tls://")):
+            raise ValueError("must be a nats:// or tls:// URL, or empty")
+        return v
+
+    @field_validator("prefix")
+    @classmethod
+    def _token(cls, v: str) -> str:
+        if not v or any(c in v for c in " .*>\t"):
+            raise ValueError("must be one NATS subject token (no spaces, dots, * or >)")
+        return v
+
+
 class TransportSettings(_Strict):
     """Batching and delivery to the central service (docs/transport.md, docs/wire-format.md)."""
 
     batch_max_samples: int = _doc(5000, "A batch is sent when it holds this many samples ...", gt=0)
-    batch_max_seconds: float = _doc(5.0, "... or when its first sample has waited this long.", gt=0)
+    # 0: a scrape is sent as soon as it ends. The central evaluates a moment only once every node
+    # delivered it (fabricd.detect.settle), so each second a scrape waits in a batch delays every
+    # incident; and one scrape per interval leaves nothing to gather within a second anyway.
+    batch_max_seconds: float = _doc(
+        0.0, "... or when its first sample has waited this long (0: at the end of each scrape).", ge=0
+    )
     timeout_seconds: float = _doc(10.0, "Timeout of one send to the central.", gt=0)
     backoff_initial_seconds: float = _doc(0.5, "First retry delay after a failed send (full jitter).", gt=0)
     backoff_max_seconds: float = _doc(30.0, "Longest retry delay; the delay doubles up to it.", gt=0)
@@ -101,6 +132,43 @@ class LimitSettings(_Strict):
     max_pending_batches: int = _doc(
         256, "Batches being stored at once; past it ingest sheds load with 429 before memory runs out.", gt=0
     )
+
+
+class SettlementSettings(_Strict):
+    """Event-time settlement of the detection loop (docs/detection.md, "Settlement")."""
+
+    step_seconds: float | None = _doc(
+        None,
+        "At most one evaluation per this much settled event time (default a fifth of the scrape interval, >= 1 s).",
+        gt=0,
+    )
+    lateness_seconds: float | None = _doc(
+        None, "A node this late past its watermark is left out of settlement (default 0.5 x its interval + 5 s).", gt=0
+    )
+    slack: float = _doc(0.2, "Fraction of a scrape interval a node's next scrape may come early.", ge=0, lt=1)
+
+
+class ReplicaSettings(_Strict):
+    """``fabricd server`` as one of N replicas on one PostgreSQL and NATS (docs/operations.md, "Replicas")."""
+
+    enabled: bool = _doc(
+        False, "Claim bus partitions and store them; one elected replica detects. Needs bus.url, PostgreSQL."
+    )
+    id: str = _doc("", "This replica's name in the status API and pg_stat_activity (default: hostname:port of listen).")
+    partitions: list[int] = _doc(list, "Bus partitions this replica may claim (default: all of 0..bus.partitions-1).")
+    lease_seconds: float = _doc(
+        10.0, "A replica silent this long loses its partitions (PostgreSQL ends its session).", ge=2
+    )
+    warmup_seconds: float = _doc(
+        900.0, "A new correlator rebuilds detection state from this much stored history.", ge=0
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _short_id(cls, v: str) -> str:  # it goes into application_name (63 bytes)
+        if len(v) > 40 or any(c.isspace() for c in v):
+            raise ValueError("must be at most 40 characters without whitespace")
+        return v
 
 
 # The config file's values for the settings being built now (set by ``load`` only).
@@ -165,6 +233,7 @@ class AgentSettings(_Base):
     )
     spool: SpoolSettings = _doc(SpoolSettings, "On-disk spool while the central is unreachable.")
     transport: TransportSettings = _doc(TransportSettings, "Batching and delivery.")
+    bus: BusSettings = _doc(BusSettings, "NATS JetStream between agents and the central (docs/transport.md).")
     metrics_listen: str = _doc("", "HOST:PORT to serve this agent's own /metrics on; empty: none.")
 
     @field_validator("node")
@@ -217,6 +286,7 @@ class ServerSettings(_Base):
     downsample_step_seconds: float = _doc(60.0, "Step of downsampled points.", gt=0)
     rules_dir: Path | None = _doc(None, "Folder of detection rules (default: the shipped rules/detection).")
     detection: bool = _doc(True, "Run the detection engine on the stored stream.")
+    settlement: SettlementSettings = _doc(SettlementSettings, "When a moment of event time is evaluated.")
     tls_certfile: Path | None = _doc(None, "Serve HTTPS with this certificate (PEM); with tls_keyfile.")
     tls_keyfile: Path | None = _doc(None, "Private key of tls_certfile (PEM).")
     hooks: list[dict[str, Any]] = _doc(list, "Alert hooks: webhook, alertmanager, slack (docs/prometheus.md).")
@@ -224,8 +294,23 @@ class ServerSettings(_Base):
     token_cache_seconds: float = _doc(2.0, "A revoked token keeps working at most this long (lookup cache).", ge=0)
     metrics_stale_seconds: float = _doc(300.0, "/metrics leaves out series not updated for this long.", gt=0)
     node_stale_seconds: float = _doc(120.0, "A node silent this long is reported stale.", gt=0)
-    detection_interval_seconds: float = _doc(1.0, "How often detection reads what was stored.", gt=0)
+    bus: BusSettings = _doc(BusSettings, "NATS JetStream between agents and the central (docs/transport.md).")
+    replica: ReplicaSettings = _doc(ReplicaSettings, "Several central replicas on one PostgreSQL (docs/operations.md).")
+    metrics_fleet_view: bool = _doc(
+        False,
+        "Also export every node's latest series and per-node agent health on /metrics (grows with the "
+        "fleet; Prometheus should scrape the agents instead).",
+    )
+    metrics_fleet_max_series: int = _doc(
+        500_000, "Hard cap on the fleet view's series per scrape; the rest are refused and counted.", ge=1
+    )
+    detection_interval_seconds: float = _doc(
+        1.0, "Longest wait between two detection reads of what was stored; a stored batch wakes it sooner.", gt=0
+    )
     maintenance_interval_seconds: float = _doc(300.0, "How often retention and downsampling run.", gt=0)
+    topology_watch_seconds: float = _doc(
+        60.0, "How often the agents' LLDP topology is compared with the stored one (changes are logged).", gt=0
+    )
     # After a crash latest values are rebuilt from the points stored since (docs/storage.md).
     latest_flush_seconds: float = _doc(30.0, "Latest values live in memory and are written this often.", gt=0)
 
@@ -234,6 +319,17 @@ class ServerSettings(_Base):
     def _listen(cls, v: str) -> str:
         parse_listen(v)
         return v
+
+    @model_validator(mode="after")
+    def _replica_needs(self) -> ServerSettings:
+        if self.replica.enabled:
+            if not self.bus.url:
+                raise ValueError("replica.enabled: needs bus.url (the partitions are the bus's)")
+            if not self.db.startswith("postgresql"):
+                raise ValueError("replica.enabled: needs a PostgreSQL db (advisory locks; SQLite has one writer)")
+            if bad := [p for p in self.replica.partitions if not 0 <= p < self.bus.partitions]:
+                raise ValueError(f"replica.partitions: {bad} outside 0..{self.bus.partitions - 1}")
+        return self
 
     def database_url(self) -> str:
         return self.db or f"sqlite:///{self.data_dir / 'fabricd.db'}"

@@ -247,9 +247,19 @@ SIGNALS: tuple[Signal, ...] = (
     Signal(
         "rtt_p99_outlier",
         "score",
-        "Pingmesh p99 RTT against the pair's robust baseline (score)",
-        "(p99 - median) / max(1.4826 MAD, rel_floor x median, abs_floor) over the pair's history",
+        "Pingmesh p99 RTT, the prober's common mode removed, against the pair's robust baseline (score)",
+        "(p99 - common - median) / max(1.4826 MAD, rel_floor x median, abs_floor) over the pair's history",
         _one("rtt_p99_seconds"),
+        None,
+        agent=False,
+    ),
+    Signal(
+        "rtt_queue_outlier",
+        "score",
+        "Pingmesh minimum RTT, the prober's common mode removed, against the pair's robust baseline (score)",
+        "(min - common - median) / max(1.4826 MAD, rel_floor x median, abs_floor); common = the least "
+        "excess over the prober's pairs this scrape (fabricd/detect/delays.py)",
+        _one("rtt_min_seconds"),
         None,
         agent=False,
     ),
@@ -298,7 +308,7 @@ SOURCE_INPUTS: dict[str, frozenset[str]] = {
     IB: (_ALL_INPUTS & _IB_NAMES) | {"port_down", "port_state", *SENT_BYTES},
     ETHTOOL: _ALL_INPUTS & {r.name for d in eth.drivers() for r in d.rules},
     NETLINK: frozenset({"qdisc_backlog_bytes", "qdisc_overlimits", "qdisc_drops", "carrier_changes"}),
-    PINGMESH: frozenset({"probes_sent", "probes_lost", "rtt_p99_seconds"}),
+    PINGMESH: frozenset({"probes_sent", "probes_lost", "rtt_min_seconds", "rtt_p99_seconds"}),
     NCCL: frozenset({"time_seconds"}),
     DERIVED: frozenset({"nccl_efficiency"}),
 }

@@ -48,3 +48,42 @@ def rate(value: float | None, unit: str, digits: int = 3) -> str:
 def percent(fraction: float | None, digits: int = 1) -> str:
     """A fraction of 1 as a percentage: ``percent(0.123)`` -> ``12.3%``."""
     return "-" if fraction is None else f"{fraction * 100:.{digits}f}%"
+
+
+def count(n: int, noun: str) -> str:
+    """``count(1, "node pair")`` -> ``1 node pair``; ``count(2, "node pair")`` -> ``2 node pairs``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+# How a signal-table unit (``fabricd.signal_table.Signal.unit``) reads after a number.
+_SIGNAL_UNITS = {
+    "packets_per_second": "packets/s",
+    "errors_per_gigabyte": "errors/GB",
+}
+
+
+def quantity(value: float | None, unit: str) -> str:
+    """A signal's value in its table unit: ``ratio`` as a percentage (``14.6%``), bytes/s as Gb/s,
+    bytes with an SI prefix (``120 kB``), ``per_second`` as ``/s`` (``0.5/s``), counts of things per
+    second spelled out (``350k packets/s``); a ``score`` (robust z-score) or an unknown unit bare."""
+    if value is None:
+        return "-"
+    if unit == "ratio":
+        return f"{value * 100:.3g}%"
+    if unit == "bytes_per_second":
+        return throughput(value)
+    if unit == "bytes":
+        return _prefixed(value, "B")
+    if unit == "per_second":
+        return f"{si(value)}/s"
+    if unit in _SIGNAL_UNITS:
+        return si(value, _SIGNAL_UNITS[unit])
+    return si(value)
+
+
+def _prefixed(value: float, symbol: str, digits: int = 3) -> str:
+    """``_prefixed(120000, "B")`` -> ``120 kB`` (prefix and symbol together, as throughput writes Gb/s)."""
+    for scale, prefix in PREFIXES:
+        if abs(value) >= scale:
+            return f"{value / scale:.{digits}g} {prefix}{symbol}"
+    return f"{value:.{digits}g} {symbol}"

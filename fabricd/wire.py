@@ -368,5 +368,16 @@ def _health_from_row(i: int, row: Any) -> CollectorHealth:
         duration_seconds=_number(duration, f"{where}.duration_seconds") or 0.0,
         ts=_number(ts, f"{where}.ts") or 0.0,
         error=_text(error, f"{where}.error"),
-        readings=int(_number(readings, f"{where}.readings") or 0),
+        readings=_count(readings, f"{where}.readings"),
     )
+
+
+MAX_COUNT = 2**63 - 1  # what the stores' BIGINT columns (and SQLite's INTEGER) hold
+
+
+def _count(val: Any, where: str) -> int:
+    """A non-negative count that fits a 64-bit column (a larger one crashed the store: a 500)."""
+    n = _number(val, where) or 0.0
+    if n < 0 or n > MAX_COUNT or n != int(n):
+        raise WireError(f"{where} must be a whole number from 0 to 2^63-1", where)
+    return int(n)

@@ -177,7 +177,8 @@ DATASOURCE_VAR = {
     "current": {},
     "hide": 0,
 }
-NODE_VAR = variable("node", "label_values(fabricd_agent_last_seen_timestamp_seconds, node)", "Node")
+# Every agent serves fabricd_agent_info{node,version} (and the central's opt-in fleet view too).
+NODE_VAR = variable("node", "label_values(fabricd_agent_info, node)", "Node")
 DEVICE_VAR = variable("device", 'label_values(fabricd_infiniband_port_info{node=~"$node"}, device)', "Device")
 PORT_VAR = variable("port", 'label_values(fabricd_infiniband_port_info{node=~"$node",device=~"$device"}, port)', "Port")
 OP_VAR = variable("op", "label_values(fabricd_nccl_busbw_bytes_per_second, op)", "Collective")
@@ -245,6 +246,13 @@ def overview() -> dict[str, Any]:
                     "(fabricd_incidents_open)",
                     instant=True,
                 ),
+                w=12,
+            ),
+            table(
+                "Worst port per signal (fleet)",
+                "The central's fleet summary: for each derived signal, the highest value in the fleet "
+                "and where it is (the per-port series come from the agents).",
+                target("fabricd_fleet_signal_max", instant=True),
                 w=12,
             ),
             row("Hottest ports"),
@@ -527,15 +535,27 @@ def agents() -> dict[str, Any]:
     return dashboard(
         "fabricd-agents",
         "fabricd / Agent health",
-        "Is the telemetry complete? Agents last seen, collectors, the transport spool, the "
-        "central's ingest and detection, hooks and the exporter.",
+        "Is the telemetry complete? Nodes reporting, agents' last acknowledged batch, collectors, "
+        "the transport spool, the central's ingest and detection, hooks and the exporter.",
         [NODE_VAR],
         [
-            row("Agents (central's view)"),
+            row("Fleet (the central's bounded view)"),
+            timeseries(
+                "Nodes reporting and stale",
+                "Nodes the central knows, by whether they sent a batch within node_stale_seconds "
+                "(alert FabricdAgentsNotReporting).",
+                target("fabricd_fleet_nodes", "{{state}}"),
+            ),
+            timeseries(
+                "Nodes per collector outcome",
+                "Per collector, nodes whose last run of it succeeded (ok) or failed (failing).",
+                target("fabricd_fleet_collector_nodes", "{{collector}} {{state}}"),
+            ),
+            row("Agents (their own /metrics)"),
             table(
-                "Seconds since last batch",
-                "Per node; above 120 s the agent is down (alert FabricdAgentDown).",
-                target(f"time() - fabricd_agent_last_seen_timestamp_seconds{{{NODE}}}", instant=True),
+                "Seconds since last acknowledged batch",
+                "Per node; above 120 s the agent is not reporting (alert FabricdAgentDown).",
+                target(f"time() - fabricd_agent_last_successful_send_timestamp_seconds{{{NODE}}}", instant=True),
                 unit="s",
                 thresholds=(30, 120),
             ),
@@ -557,16 +577,16 @@ def agents() -> dict[str, Any]:
             timeseries(
                 "Spool bytes",
                 "Bytes waiting on disk while the central is unreachable; growing = telemetry is delayed.",
-                target("fabricd_agent_spool_bytes", "{{instance}}"),
+                target(f"fabricd_agent_spool_bytes{{{NODE}}}", "{{node}}"),
                 unit="bytes",
             ),
             timeseries(
                 "Batches sent and dropped",
                 "Batches acknowledged per second, and given up on by reason.",
-                target("rate(fabricd_agent_batches_sent_total[1m])", "sent {{instance}}"),
+                target(f"rate(fabricd_agent_batches_sent_total{{{NODE}}}[1m])", "sent {{node}}"),
                 target(
-                    "sum by (instance, reason) (rate(fabricd_agent_batches_dropped_total[5m]))",
-                    "dropped {{instance}} {{reason}}",
+                    f"sum by (node, reason) (rate(fabricd_agent_batches_dropped_total{{{NODE}}}[5m]))",
+                    "dropped {{node}} {{reason}}",
                 ),
             ),
             row("Central service"),

@@ -154,6 +154,31 @@ async def pingmesh_samples() -> list[Sample]:
         await server.close()
 
 
+async def jobs_samples(tmp: Path) -> list[Sample]:
+    """A Slurm job file on a synthetic PCI tree (tests/support/pcitree.py), trusted without scontrol."""
+    from tests.support.pcitree import four_gpu_server
+
+    jobs = tmp / "jobs"
+    jobs.mkdir()
+    (jobs / "11.json").write_text('{"job_id": "11", "user": "alice", "name": "train", "gpus": "0,3"}')
+
+    async def advance() -> None:
+        pass
+
+    root = four_gpu_server(tmp / "pci")
+    return await _twice("jobs", {"jobs_dir": str(jobs), "scontrol": None}, advance, sysfs_root=root)
+
+
+async def inspector_samples(tmp: Path) -> list[Sample]:
+    folder = tmp / "inspector"
+    shutil.copytree(CASES / "inspector", folder)
+
+    async def advance() -> None:
+        pass
+
+    return await _twice("inspector", {"dir": str(folder)}, advance)
+
+
 async def all_samples(tmp: Path) -> dict[str, list[Sample]]:
     return {
         "infiniband": await infiniband_samples(tmp),
@@ -161,4 +186,6 @@ async def all_samples(tmp: Path) -> dict[str, list[Sample]]:
         "nccl": await nccl_samples(tmp),
         "netlink": await netlink_samples(),
         "pingmesh": await pingmesh_samples(),
+        "jobs": await jobs_samples(tmp),
+        "inspector": await inspector_samples(tmp),
     }

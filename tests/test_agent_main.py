@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fabricd import __version__
 from fabricd.agent.main import run_agent
 from fabricd.settings import AgentSettings
 from fabricd.transport.spool import unpack
@@ -114,8 +115,9 @@ async def test_sigterm_sends_the_pending_batch_and_exits_0(tmp_path: Path) -> No
     assert batch.node == "node-7" and len({s.ts for s in batch.samples}) >= 2
     assert {h.collector for h in batch.health} == {"infiniband"}
     # the local /metrics shows both the agent's own health and what it scraped
-    assert "fabricd_agent_batches_sent_total 0.0" in metrics
-    assert 'fabricd_collector_success{collector="infiniband"} 1.0' in metrics
+    assert 'fabricd_agent_batches_sent_total{node="node-7"} 0.0' in metrics.splitlines()
+    assert 'fabricd_collector_success{collector="infiniband",node="node-7"} 1.0' in metrics.splitlines()
+    assert 'fabricd_agent_info{node="node-7",version="' + __version__ + '"} 1.0' in metrics.splitlines()
     assert 'node="node-7"' in metrics and "fabricd_infiniband_" in metrics
     lint = await asyncio.create_subprocess_exec(
         need_binary("promtool"),

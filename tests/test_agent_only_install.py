@@ -72,7 +72,7 @@ def test_no_server_report_capture_or_test_dependency_is_installed(venv: Path) ->
     ).stdout.splitlines()
     runtime = sorted(re.split(r"[<>=!~;\[ ]", r)[0] for r in requires if "extra ==" not in r)
     agent = ["prometheus-client", "pyroute2", "pydantic", "pydantic-settings", "pyyaml", "httpx", "msgpack"]
-    assert runtime == sorted([*agent, "rich", "hdrhistogram"])
+    assert runtime == sorted([*agent, "rich", "hdrhistogram", "isal"])
 
 
 def test_agent_help_and_collect_once_work_and_read_what_the_full_install_reads(venv: Path) -> None:

@@ -13,6 +13,17 @@ from pathlib import Path
 from tests.helpers import need_binary, skip_or_fail
 from tests.support.server import pg_reachable
 
+
+def nats_reachable() -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", 4222), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -20,6 +31,8 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     need_binary("prometheus-node-exporter")
     if not pg_reachable():
         skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
+    if not nats_reachable():
+        skip_or_fail("NATS at 127.0.0.1:4222 is not reachable")
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\nHow to read the table.\n\n<!-- bench:start -->\nan older table\n")
     proc = subprocess.run(
@@ -49,9 +62,18 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
         ("ingest", "ratio central / bare executemany, SQLite"),
         ("ingest", "ratio central / bare executemany, PostgreSQL"),
         ("exporter", "/metrics render, 10-node fleet"),
+        ("exposition", "ratio agent (collect + /metrics) / node_exporter"),
+        ("exporter", "central /metrics render (bounded), 20-node fleet"),
         ("transport", "agent -> central samples/s"),
         ("detect", "fabricd eval wall time (clean-ib)"),
         ("detect", "samples/s through the detectors (clean-ib)"),
+        ("replica", "CPU per sample, decode, SQLite"),
+        ("replica", "CPU per sample, store, PostgreSQL"),
+        ("replica", "detection samples/s per core, SQLite"),
+        ("replica", "samples/s per core from CPU, PostgreSQL"),
+        ("bus", "NATS JetStream end to end, nats-py"),
+        ("bus", "ratio central via NATS / the bus alone"),
+        ("bus", "two replicas via NATS, PostgreSQL, per replica"),
     }
     assert wanted <= set(rows), wanted - set(rows)
     for r in result["rows"]:
@@ -61,6 +83,15 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     ingest = rows[("ingest", "central ingest, SQLite")]["median"]
     bare = rows[("ingest", "bare executemany, SQLite")]["median"]
     assert math.isclose(rows[("ingest", "ratio central / bare executemany, SQLite")]["median"], ingest / bare)
+    agent = rows[("exposition", "fabricd agent per Prometheus scrape (collect + /metrics)")]["median"]
+    ne = rows[("exposition", "node_exporter (infiniband only) over HTTP, CPU per scrape")]["median"]
+    assert math.isclose(rows[("exposition", "ratio agent (collect + /metrics) / node_exporter")]["median"], agent / ne)
+    # The stages add up to the total, and the bus ratio is the quotient of its two rows (one run).
+    stages = [rows[("replica", f"CPU per sample, {st}, SQLite")]["median"] for st in ("decode", "store", "detect")]
+    assert math.isclose(rows[("replica", "CPU per sample, all three, SQLite")]["median"], sum(stages))
+    central = rows[("bus", "central ingest via NATS, PostgreSQL")]["median"]
+    alone = rows[("bus", "NATS JetStream end to end, nats-py")]["median"]
+    assert math.isclose(rows[("bus", "ratio central via NATS / the bus alone")]["median"], central / alone)
     text = docs.read_text()
     assert text.startswith("# Benchmarks\n\nHow to read the table.\n\n<!-- bench:start -->\nLatest run (smoke): ")
     assert "an older table" not in text and f"commit `{result['machine']['commit']}`" in text

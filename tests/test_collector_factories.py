@@ -87,9 +87,12 @@ def test_every_collectors_factories_are_a_frozen_dataclass_of_production_default
         "EthtoolFactories",
         "IbFabricFactories",
         "InfinibandFactories",
+        "JobsFactories",
+        "LldpFactories",
         "NcclFactories",
         "NetlinkFactories",
         "PingmeshFactories",
+        "RasFactories",
     ]
     for kind in kinds:
         assert dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen, kind  # type: ignore[attr-defined]

@@ -3,7 +3,8 @@
 The whole production path runs: ``fabricd sim`` writes each simulated node's sysfs tree, ethtool
 statistics, NCCL-tests stand-in and pingmesh responders; one ``fabricd agent`` per node reads them
 through the real collectors and ships batches to ``fabricd server``; the Debian ``prometheus`` scrapes
-the central's and the agents' ``/metrics`` every second (with fabricd's alert rules loaded). Then
+the central's (bounded: fleet summaries) and the agents' ``/metrics`` (every node's series, node_exporter's
+pattern) every second (with fabricd's alert rules loaded). Then
 every PromQL expression of every dashboard panel, with its template variables set to "All" and to a
 real value, must return data. A renamed metric or a broken query fails here.
 """
@@ -65,6 +66,8 @@ READY = (
     "fabricd_collector_success",
     "rate(fabricd_ingest_samples_total[1m])",
     "fabricd_derived_xmit_wait_lost_bytes_per_second",
+    "fabricd_fleet_signal_max",
+    "fabricd_agent_info",
 )
 VARIABLE = re.compile(r"\$(\w+)")
 
@@ -119,8 +122,8 @@ class Stack:
         assert body["status"] == "success", f"{expr}: {body}"
         return list(body["data"]["result"])
 
-    def eventually(self, run: Callable[[], list[dict[str, Any]]], tries: int = 10) -> list[dict[str, Any]]:
-        """A query's result, asked again for a few seconds while empty: with a 1 s scrape interval (and
+    def eventually(self, run: Callable[[], list[dict[str, Any]]], tries: int = 30) -> list[dict[str, Any]]:
+        """A query's result, asked again for up to 30 s while empty: with a 1 s scrape interval (and
         so a 1 s scrape timeout) a busy 2-core machine sometimes misses a scrape, and Prometheus then
         marks that target's series stale until the next one succeeds."""
         for _ in range(tries):
@@ -279,6 +282,24 @@ def substitute(expr: str, values: dict[str, str]) -> str:
     return VARIABLE.sub(lambda m: values.get(m.group(1), m.group(0)), expr)
 
 
+# Rates of counters that saturate (32-bit, clamped at all ones: DOMAIN.md): once a port's counter is
+# pinned it has no rate, by design, and its panel is rightly empty. The simulated congestion fills
+# port_xmit_wait within minutes of the stack starting, so on a slow machine the panel can be empty.
+SATURATING = {"fabricd_infiniband_port_transmit_wait_ticks_per_second": "port_xmit_wait"}
+
+
+def _saturated(stack: Stack, expr: str, values: dict[str, str]) -> bool:
+    """An empty panel of a saturating counter's rate whose selected ports are saturated."""
+    for metric, counter in SATURATING.items():
+        if metric in expr:
+            node, device = values.get("node", ".*"), values.get("device", ".*")
+            query = (
+                f'fabricd_saturated_since_timestamp_seconds{{counter="{counter}",node=~"{node}",device=~"{device}"}}'
+            )
+            return bool(stack.query(query))
+    return False
+
+
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.stem for p in DASHBOARDS])
 def test_every_panel_query_returns_data(stack: Stack, path: Path) -> None:
     dashboard = json.loads(path.read_text())
@@ -289,7 +310,8 @@ def test_every_panel_query_returns_data(stack: Stack, path: Path) -> None:
         for title, t in panel_targets(dashboard):
             expr = substitute(t["expr"], values)
             assert "$" not in expr, f"{title}: unsubstituted variable in {expr}"
-            if not stack.eventually(partial(stack.query if t.get("instant") else stack.query_range, expr)):
+            query = partial(stack.query if t.get("instant") else stack.query_range, expr)
+            if not stack.eventually(query) and not _saturated(stack, expr, values):
                 empty.append(f"{title}: {expr}")
     assert not empty, "panels without data:\n" + "\n".join(empty)
 
@@ -302,8 +324,15 @@ def test_central_and_agent_metrics_are_catalogued_and_promtool_clean(stack: Stac
         lint = subprocess.run([promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=60)
         assert lint.returncode == 0, (lint.stdout + lint.stderr).decode()[:3000]
         assert seen, target
+    # Per-node series come from the agents; the central's page is its bounded summaries only.
+    agent = httpx.get(f"http://{stack.agents[0]}/metrics", timeout=10).text
+    assert 'fabricd_derived_ecn_marked_ratio{device="mlx5_0",node="node-001",port="1"}' in agent
     central = httpx.get(f"http://{stack.central}/metrics", timeout=10).text
-    assert 'fabricd_derived_ecn_marked_ratio{device="mlx5_0",node="node-001",port="1"}' in central
+    with_node = {
+        line.split("{", 1)[0] for line in central.splitlines() if not line.startswith("#") and 'node="' in line
+    }
+    assert with_node == {"fabricd_fleet_signal_max"}
+    assert f'fabricd_fleet_nodes{{state="reporting"}} {float(NODES)}' in central.splitlines()
 
 
 def test_alert_rules_load_and_evaluate_on_real_data(stack: Stack) -> None:

@@ -224,3 +224,42 @@ def test_nccl_efficiency_is_exported_under_its_catalogued_name() -> None:
     spec = lookup(family)
     assert spec is not None and spec.type == "gauge" and set(spec.labels) == {"node", "device", "size"}
     assert f"# HELP {family} NCCL-tests busbw at the run's largest out-of-place size" in text
+
+
+async def test_the_agent_says_which_model_it_judged_a_run_against(tmp_path: Path) -> None:
+    # The same real run on a sysfs tree of 8 x 200 Gb/s ports, two of them down: the info series
+    # beside the efficiency names the ports the agent counted (6 active, from sysfs) and the run's shape.
+    ports = {
+        f"mlx5_{i}": DeviceTree(
+            ports={"1": PortTree(rate="200 Gb/sec (4X HDR)", state="4: ACTIVE" if i < 6 else "1: DOWN")}
+        )
+        for i in range(8)
+    }
+    write_infiniband_tree(tmp_path / "sys", ports)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    shutil.copy(CASES / "nccl/a3mega_all_reduce_2node_16xH100/input.txt", logs / "all_reduce_perf.log")
+    nccl_options = {"log_glob": str(logs / "*.log"), "settle_seconds": 0, "algo": "tree", "model_efficiency": 0.87}
+    readings: list[Reading] = []
+    for name, options in (("infiniband", {}), ("nccl", nccl_options)):
+        collector = build(name, options, node="n1", sysfs_root=tmp_path / "sys", registry=REGISTRY)
+        readings += await collector.collect()
+    text = render(derive(RateEngine().update(100.0, readings)), "n1").decode()
+    family = "fabricd_derived_nccl_efficiency_model_info"
+    model = [line for line in text.splitlines() if line.startswith(family + "{")]
+    assert model == [
+        f'{family}{{algo="tree",device="all_reduce",efficiency="0.87",gpus_per_node="8",hcas="6",'
+        f'link_rate_gbps="200",node="n1",nodes="2",size="{GIB8}"}} 1.0'
+    ]
+    spec = lookup(family)
+    assert spec is not None and set(spec.labels) == {
+        "node",
+        "device",
+        "size",
+        "hcas",
+        "link_rate_gbps",
+        "nodes",
+        "gpus_per_node",
+        "algo",
+        "efficiency",
+    }

@@ -75,3 +75,75 @@ def test_a_flapping_incident_is_held_open_instead_of_resolving_again() -> None:
     assert any("flapping" in what for _, what in inc.timeline)
     assert book.resolve_quiet(now + 300) == []
     assert len(book.resolve_quiet(now + 601)) == 1
+
+
+def test_an_ongoing_fault_moves_updated_without_being_a_change() -> None:
+    book = IncidentBook(LC)
+    (opened,) = book.apply([prop(1010)], 1010)
+    timeline = list(opened.timeline)
+    assert book.apply([prop(1050)], 1050) == []  # nothing new: not reported
+    (inc,) = book.open()
+    assert inc.updated_ts == 1050 and inc.timeline == timeline
+
+
+UPLINKS = ("leaf-01~spine-01", "leaf-01~spine-02")
+
+
+def coarse(ts: float) -> Proposal:
+    """What ``by_leaf`` proposes: marks behind leaf-01 and no pair yet to say which uplink."""
+    ev = Evidence("cnp_sent_packets_per_second", "node-002", "mlx5_0", "1", 900.0, 100.0, ts)
+    cands = [Candidate("leaf-01", 1.0), Candidate(UPLINKS[0], 0.5), Candidate(UPLINKS[1], 0.5)]
+    p = Proposal(
+        IncidentKind.CONGESTION,
+        "leaf-01",
+        cands,
+        ["node-002"],
+        [ev],
+        Severity.WARNING,
+        990.0,
+        "leaf-01 (or one of its uplinks) is congested",
+    )
+    p.narrows_to = UPLINKS
+    return p
+
+
+def test_a_leaf_incident_is_narrowed_onto_the_uplink_the_pairs_name_as_the_same_incident() -> None:
+    book = IncidentBook(LC)
+    (leaf,) = book.apply([coarse(1000)], 1000)
+    assert leaf.key == "congestion:leaf-01"
+    (narrowed,) = book.apply([prop(1010)], 1010)
+    assert narrowed is leaf
+    assert (narrowed.key, narrowed.element, narrowed.narrowed_from) == (
+        "congestion:leaf-01~spine-01",
+        "leaf-01~spine-01",
+        ["congestion:leaf-01"],
+    )
+    assert narrowed.started_ts == 990.0  # the first symptom stays the leaf's
+    assert narrowed.timeline[-1][1].startswith("narrowed from leaf-01 to leaf-01~spine-01: ")
+    assert [i.key for i in book.open()] == ["congestion:leaf-01~spine-01"]
+    # The marks without their pairs again: the narrowed incident is confirmed, no leaf incident opens.
+    assert book.apply([coarse(1020)], 1020) == []
+    assert [i.key for i in book.open()] == ["congestion:leaf-01~spine-01"]
+    assert book.resolve_quiet(1075) == []  # 1020 kept it alive
+
+
+def test_only_the_parts_of_the_coarse_element_narrow_it() -> None:
+    book = IncidentBook(LC)
+    book.apply([coarse(1000)], 1000)
+    other = prop(1010)
+    other.element = "leaf-02~spine-01"
+    book.apply([other], 1010)
+    assert sorted(i.key for i in book.open()) == ["congestion:leaf-01", "congestion:leaf-02~spine-01"]
+    loss = prop(1010)
+    loss.kind = IncidentKind.PACKET_LOSS
+    book.apply([loss], 1010)
+    assert "congestion:leaf-01" in {i.key for i in book.open()}  # another kind is another fault
+
+
+def test_a_leaf_incident_resolved_within_the_reopen_window_is_narrowed_and_reopened() -> None:
+    book = IncidentBook(LC)
+    (leaf,) = book.apply([coarse(1000)], 1000)
+    book.resolve_quiet(1100)
+    (narrowed,) = book.apply([prop(1200)], 1200)
+    assert narrowed is leaf and narrowed.state is IncidentState.OPEN
+    assert [i.key for i in book.all()] == ["congestion:leaf-01~spine-01"]

@@ -116,3 +116,20 @@ def test_probe_loss_still_draining_after_a_loss_fault_is_not_a_second_incident_e
 
     changes = replay(engine(), c.rounds(60, port=port, pairs=pairs))
     assert opened(changes) == [(IncidentKind.PACKET_LOSS, "node-006/mlx5_0~leaf-02")]
+
+
+def test_every_pair_losing_probes_at_once_is_the_probing_not_the_fabric() -> None:
+    """Issue 15: when the simulator stopped answering probes, 16 link flaps opened at once on leaves,
+    spines, hosts and links that never flapped. Every probed pair losing most of its probes (and its
+    RTT jumping) in the same scrapes is a probing failure (stalled hosts, responders gone): no
+    element is crossed by all of them. Nothing opens; once probing recovers, a real fault is found."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    fault = "leaf-03~spine-02"
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        if 10 <= step(ts, c) < 13:
+            return (0.8, 12e-3)  # every pair: 80 % lost, 12 ms (as measured in a live stall)
+        return (0.02 if 25 <= step(ts, c) < 40 and fault in ORACLE(src, dst) else 0.0, 20e-6)
+
+    changes = replay(engine(), c.rounds(60, pairs=pairs))
+    assert opened(changes) == [(IncidentKind.PACKET_LOSS, fault)]

@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 
-from collectors.ethtool import (
-    EthtoolCollector,
-    EthtoolOptions,
-    EthtoolReadError,
-    parse_ethtool_i,
-    parse_ethtool_s,
-    parse_ethtool_settings,
-)
+from collectors.ethtool import EthtoolCollector, EthtoolOptions
 from fabricd.collector import CollectorConfigError, CollectorContext, build
 from fabricd.drivers.ethtool import all_rules, drivers, is_queue_stat, neutral
 from fabricd.drivers.vocabulary import VOCABULARY
 from fabricd.model import Kind, Reading
+from fabricd.parsers.ethtool import EthtoolReadError, parse_ethtool_i, parse_ethtool_s, parse_ethtool_settings
 from tests.helpers import CASES, need_binary
 from tests.netns import send_udp, veth_pair
 
@@ -40,7 +34,7 @@ def collector(**options: Any) -> EthtoolCollector:
 def case_kind(text: str) -> tuple[str, str]:
     """(kind, interface) from the capture's command line (``# ethtool -S eth0``); no line = statistics."""
     first = text.splitlines()[0] if text else ""
-    words = first.lstrip("# ").split() if first.startswith("#") else []
+    words = first.lstrip("# ").split("|")[0].split() if first.startswith("#") else []  # "| grep ..." too
     if len(words) == 3 and words[1] == "-i":
         return "driver", words[2]
     if len(words) == 2:

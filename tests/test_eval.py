@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -16,11 +17,12 @@ from fabricd.sim.truth import Truth
 
 TARGET_RECALL = 1.0
 TARGET_PRECISION = 0.95
-TARGET_TOP1 = 0.9
+TARGET_TOP1 = 0.95
+TARGET_ON_TIME = 0.9
 
 
 @pytest.fixture(scope="module")
-def report() -> dict[str, object]:
+def report() -> dict[str, Any]:
     return ev.evaluate_all(default_scenarios(), show_progress=False)
 
 
@@ -65,41 +67,79 @@ def test_a_missed_fault_is_reported_as_not_detected() -> None:
     assert result.faults[0].detected is False and result.metrics()["recall"] == 0.0
 
 
-def test_clean_scenarios_raise_no_incident(report: dict[str, object]) -> None:
+def test_clean_scenarios_raise_no_incident(report: dict[str, Any]) -> None:
     scenarios = report["scenarios"]
     assert isinstance(scenarios, dict)
     for name in ("clean", "clean-ib"):
         assert scenarios[name]["incidents"] == 0, scenarios[name]["false_positive_incidents"]
 
 
-def test_every_shipped_scenario_meets_the_detection_targets(report: dict[str, object]) -> None:
-    # Issue 7's targets, per scenario. When this fails, the message names the scenario, the missed
-    # or mislocalized faults and the false positives: the simulator is not tuned to pass it.
-    scenarios = report["scenarios"]
-    faults = report["faults"]
-    assert isinstance(scenarios, dict) and isinstance(faults, list)
-    problems = []
-    for name, s in scenarios.items():
-        mine = [f for f in faults if f["scenario"] == name]
-        late = [
-            f"{f['kind']}@{f['element']} late ({f['time_to_detect_seconds']}s)"
-            for f in mine
-            if f["detected"] and not f["on_time"]
-        ]
-        missed = [f"{f['kind']}@{f['element']} missed" for f in mine if not f["detected"]]
-        wrong = [f"{f['kind']}@{f['element']} blamed {f['blamed']}" for f in mine if f["detected"] and not f["correct"]]
-        fps = [f"FP {p['kind']}@{p['element']}" for p in s["false_positive_incidents"]]
-        if (
-            s["recall"] < TARGET_RECALL
-            or s["precision"] < TARGET_PRECISION
-            or s["localization_top1"] < TARGET_TOP1
-            or late
-        ):
-            problems.append(
-                f"{name}: recall {s['recall']:.2f} precision {s['precision']:.2f} "
-                f"top1 {s['localization_top1']:.2f}; " + "; ".join(missed + wrong + late + fps)
-            )
-    assert not problems, "\n".join(problems)
+def _problems(report: dict[str, Any]) -> str:
+    """Every missed, mislocalized or late fault and every false positive, by scenario."""
+    lines = []
+    for f in report["faults"]:
+        if not f["detected"]:
+            lines.append(f"{f['scenario']}: {f['kind']}@{f['element']} missed")
+        elif not f["correct"]:
+            lines.append(f"{f['scenario']}: {f['kind']}@{f['element']} blamed {f['blamed']}")
+        elif not f["on_time"]:
+            lines.append(f"{f['scenario']}: {f['kind']}@{f['element']} late ({f['time_to_detect_seconds']:.1f}s)")
+    for name, s in report["scenarios"].items():
+        lines += [f"{name}: FP {p['kind']}@{p['element']}" for p in s["false_positive_incidents"]]
+    return "\n".join(lines)
+
+
+def test_every_shipped_scenario_meets_the_detection_targets(report: dict[str, Any]) -> None:
+    """Issue 15's targets with live-faithful delivery (the default): over every shipped scenario,
+    recall 1.0, precision >= 0.95, top-1 >= 0.95, at least 0.9 of faults on time (symptom + 2
+    intervals). The message names every miss, late or wrong fault and false positive."""
+    assert report["recall"] == TARGET_RECALL, _problems(report)
+    assert report["precision"] >= TARGET_PRECISION, _problems(report)
+    assert report["localization_top1"] >= TARGET_TOP1, _problems(report)
+    assert report["on_time"] >= TARGET_ON_TIME, _problems(report)
+
+
+def test_the_replay_delivers_as_live_by_default(report: dict[str, Any]) -> None:
+    """Each node scrapes at its own phase and every scrape goes through settlement: the replay
+    scores what the live central would see, not an aligned round."""
+    from fabricd.sim.scenario import load
+    from fabricd.sim.schedule import phases
+
+    sc = load("congestion-roce")
+    assert sc.delivery.mode == "live" and sc.delivery.delay > 0
+    spread = sorted(phases(sc, [f"node-{i:03d}" for i in range(1, 17)]).values())
+    assert len(set(spread)) == 16 and spread[-1] - spread[0] > sc.interval / 2
+    s = report["scenarios"]["congestion-roce"]
+    ticks = int(sc.duration // sc.interval)
+    assert ticks * 16 <= s["scrapes"] <= (ticks + 1) * 16  # every node's own schedule
+    assert s["late_samples"] == 0  # on time agents: nothing arrives after its moment settled
+
+
+def test_late_and_silent_agents_still_give_the_right_incident() -> None:
+    """One agent 3 intervals late throughout, another silent for 2 minutes around the fault and then
+    replaying its spool: the congested link is still found, on the right element, and nothing else
+    opens; what the late agents delivered after settlement was counted and folded in."""
+    from fabricd.sim.scenario import load
+
+    base = load("congestion-roce")
+    late = [
+        {"node": "node-003", "delay": 3 * base.interval},
+        {"node": "node-011", "start": base.faults[0].start - 60, "end": base.faults[0].start + 60, "silent": True},
+    ]
+    sc = load("congestion-roce", delivery={"late": late})
+    result = ev.evaluate(sc)
+    (fault,) = result.faults
+    assert fault.detected and fault.correct, (fault, result.opened)
+    assert [(o["kind"], o["element"]) for o in result.opened] == [("congestion", base.faults[0].at)]
+    assert result.late_samples > 0
+
+
+def test_aligned_delivery_is_still_available_for_unit_tests() -> None:
+    from fabricd.sim.scenario import load
+    from fabricd.sim.schedule import phases
+
+    sc = load("clean", delivery={"mode": "aligned"})
+    assert set(phases(sc, ["a", "b"]).values()) == {0.0}
 
 
 def test_eval_json_has_the_documented_keys() -> None:
@@ -131,9 +171,9 @@ def test_the_256_node_hour_meets_the_targets_too() -> None:
     )
     doc = json.loads(out.stdout)
     large = doc["scenarios"]["large"]
-    assert large["scrapes"] == 121 and large["samples"] > 3_000_000
+    assert large["scrapes"] >= 120 * 256 and large["samples"] > 3_000_000  # every node's own scrapes
     assert doc["recall"] >= TARGET_RECALL and doc["precision"] >= TARGET_PRECISION, doc["faults"]
-    assert doc["localization_top1"] >= TARGET_TOP1 and doc["on_time"] == 1.0, doc["faults"]
+    assert doc["localization_top1"] >= TARGET_TOP1 and doc["on_time"] >= TARGET_ON_TIME, doc["faults"]
     assert doc["false_positives"] == 0, large["false_positive_incidents"]
     assert sorted(f["kind"] for f in doc["faults"]) == [
         "congestion",

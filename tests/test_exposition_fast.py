@@ -1,4 +1,4 @@
-"""The central's fleet text renderer (``fabricd.server.fleet_text``) against prometheus_client.
+"""The central's fleet text renderer (``fabricd.exposition_text``) against prometheus_client.
 
 The oracle is prometheus_client itself: ``generate_latest`` over ``fabricd.exposition.fleet_families``
 (what the central served before the cache). Both outputs are compared byte for byte and as parsed
@@ -18,10 +18,11 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from fabricd.exposition import Limits, SeriesBudget, fleet_families
+from fabricd.exposition_text import FleetText
 from fabricd.model import Kind, Reading, Sample, Status
 from fabricd.server import db
-from fabricd.server.fleet_text import FleetText
-from fabricd.server.metrics import FleetCollector, ServerMetrics, render
+from fabricd.server.fleet_summary import FleetSignals
+from fabricd.server.metrics import FleetCollector, FleetView, ServerMetrics, render
 from fabricd.server.store.storage import Storage
 from tests.catalogue_samples import all_samples
 from tests.support.server import ib_sample, make_batch
@@ -157,7 +158,10 @@ def test_metrics_route_renders_the_registry_as_generate_latest_and_drops_stale_n
     now = [T0]
     registry = CollectorRegistry(auto_describe=False)
     ServerMetrics(registry).batches.inc(3)
-    registry.register(FleetCollector(store.latest, store.inventory, store.incidents, 300.0, lambda: now[0]))
+    view = FleetView(enabled=True, stale_seconds=300.0)
+    registry.register(
+        FleetCollector(store.latest, store.inventory, store.incidents, view, FleetSignals(), lambda: now[0])
+    )
     store.writer.ingest(make_batch("old", "b1", [ib_sample(T0 - 200)], ts=T0 - 200), T0 - 200, 1000)
     store.writer.ingest(make_batch("new", "b2", [ib_sample(T0, device=f"mlx5_{i}") for i in range(3)], ts=T0), T0, 1000)
     fast = render(registry).decode()

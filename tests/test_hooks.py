@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,14 @@ from prometheus_client import CollectorRegistry
 
 from fabricd.hooks import HookConfigError, HookDispatcher, parse_hooks
 from fabricd.hooks.api import router
-from fabricd.hooks.payload import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, verify
+from fabricd.hooks.payload import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    Notification,
+    alertmanager_alert,
+    verify,
+)
 from fabricd.model import (
     Candidate,
     Evidence,
@@ -301,3 +308,29 @@ def test_hooks_test_command(receiver: Receiver, tmp_path: Path, capsys: pytest.C
     config.write_text(yaml.safe_dump({"hooks": [{"kind": "webhook", "url": "nope"}]}))
     assert args.func(args) == 2
     assert "hooks[0].url" in capsys.readouterr().err
+
+
+async def test_an_ambiguous_incident_says_so_with_each_candidates_weight(receiver: Receiver) -> None:
+    uplinks = [f"leaf-02~spine-0{i}" for i in (1, 2, 3, 4)]
+    inc = replace(
+        incident(),
+        key="congestion:leaf-02",
+        element="leaf-02",
+        ambiguous=True,
+        candidates=[Candidate(u, 0.2, 0.25) for u in uplinks],
+    )
+    d = HookDispatcher(parse_hooks([hook("webhook", receiver.url + "/fabricd")]), base_url=BASE)
+    await d.start()
+    try:
+        assert d.notify(inc, 7)
+        await d.drain()
+    finally:
+        await d.stop()
+    body = receiver.received("/fabricd")[-1].json()["incident"]
+    assert body["ambiguous"] is True
+    assert body["candidates"] == [{"element": u, "score": 0.2, "weight": 0.25} for u in uplinks]
+    # Alertmanager gets the places to check as an annotation (an exact incident gets none)
+    alert = alertmanager_alert(Notification("7", inc, IncidentState.OPEN), BASE, {}, 0.0)
+    assert alert["annotations"]["candidates"] == ", ".join(f"{u} (weight 0.25)" for u in uplinks)
+    exact = alertmanager_alert(Notification("7", incident(), IncidentState.OPEN), BASE, {}, 0.0)
+    assert "candidates" not in exact["annotations"]

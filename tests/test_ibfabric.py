@@ -18,15 +18,16 @@ from collectors.ibfabric import (
     IbFabricFactories,
     IbFabricOptions,
     block_readings,
-    parse_ibstat,
-    parse_ibstatus,
-    parse_perfquery,
+    fabric_targets,
     status_readings,
 )
 from fabricd.collector import CollectorConfigError, CollectorContext, build
 from fabricd.command import SubprocessRunner
 from fabricd.model import Reading
-from fabricd.topology import fat_tree, from_ibnetdiscover, from_yaml, parse_ibnetdiscover
+from fabricd.parsers.ibnetdiscover import parse_ibnetdiscover
+from fabricd.parsers.ibstat import parse_ibstat, parse_ibstatus
+from fabricd.parsers.perfquery import parse_perfquery
+from fabricd.topology import fat_tree, from_ibnetdiscover, from_yaml
 from tests.helpers import CASES
 
 IB_CASES = sorted(p for p in (CASES / "ibfabric").iterdir() if p.is_dir())
@@ -53,9 +54,11 @@ def case_result(case: Path) -> dict[str, Any]:
     if argv[0] == "ibnetdiscover":
         topo = from_ibnetdiscover(text)
         return {
-            "ports": [asdict(p) for p in parse_ibnetdiscover(text)],
+            "ports": [asdict(p) for p in parse_ibnetdiscover(text).ports],
+            "problems": [asdict(p) for p in parse_ibnetdiscover(text).problems],
             "switches": {s.id: s.tier for s in topo.switches.values()},
-            "links": {link.id: [list(p) for p in link.ports] for link in topo.links.values()},
+            # cables as IB port numbers (the topology keeps port names: a number here, "swp3" from LLDP)
+            "links": {link.id: [[int(x) for x in p] for p in link.ports] for link in topo.links.values()},
         }
     if argv[0] == "ibstat":
         result = parse_ibstat(text)
@@ -186,21 +189,65 @@ async def test_switch_ports_carry_counters_and_the_far_end_of_their_cable(bin_di
     assert by_key[("ib-i4l1s01", "1", "PortXmitDiscards")].value == 20046
     detail = by_key[("ib-i1l1s01", "1", "PortLocalPhysicalErrors")]  # perfquery -E on the cabled port
     assert dict(detail.labels)["remote"] == "ib-i1l2s01"
-    assert {r.device for r in readings} == {"ib-i1l1s01", "ib-i4l1s01"}  # ib-i7l2s01 did not answer
+    counters = [r for r in readings if r.name != "cable_info"]
+    assert {r.device for r in counters} == {"ib-i1l1s01", "ib-i4l1s01"}  # ib-i7l2s01 did not answer
+    cables = {(r.device, r.port) for r in readings if r.name == "cable_info"}  # every cabled port line
+    assert cables == {
+        ("o0001/HCA-1", "1"),
+        ("o0002/HCA-1", "1"),
+        ("p0001/HCA-1", "1"),
+        ("ib-i1l1s01", "10"),
+        ("ib-i1l1s01", "11"),
+        ("ib-i1l1s01", "1"),
+        ("ib-i4l1s01", "35"),
+    }
+
+
+# An ibqueryerrors --details reply for the ibnetdiscover_test fabric, in the format of
+# tests/cases/ibqueryerrors/ (ibqueryerrors.c print_results); its GUIDs are that fabric's.
+IBQUERYERRORS_REPLY = """Errors for 0x7cfe9003009ce5b0 "ib-i1l1s01"
+   GUID 0x7cfe9003009ce5b0 port ALL: [PortRcvErrors == 7 (7.000)]
+   GUID 0x7cfe9003009ce5b0 port 1: [PortRcvErrors == 7 (7.000)] [PortLocalPhysicalErrors == 6] [PortMalformedPktErrors == 1]
+
+## Summary: 6 nodes checked, 1 bad nodes found
+##          40 ports checked, 1 ports have errors beyond threshold
+## Thresholds:
+## Suppressed:
+"""
+
+
+async def test_one_ibqueryerrors_run_replaces_perfquery_per_port(bin_dir: Path, tmp_path: Path) -> None:
+    reply = tmp_path / "ibqueryerrors.txt"
+    reply.write_text(IBQUERYERRORS_REPLY)
+    calls = tmp_path / "perfquery.log"
+    fake_tool(bin_dir, "perfquery", replies_for("perfquery"), log=calls)
+    fake_tool(bin_dir, "ibqueryerrors", {"--details": reply})
+    collector = make(bin_dir, ibqueryerrors_command=[str(bin_dir / "ibqueryerrors"), "--details"])
+    readings = await collector.collect()
+    by_key = {(r.device, r.port, r.counter): r for r in readings}
+    detail = by_key[("ib-i1l1s01", "1", "PortLocalPhysicalErrors")]
+    assert (detail.value, detail.name, detail.width, detail.saturates) == (6.0, "port_local_physical_errors", 16, True)
+    assert dict(detail.labels) == {"remote": "ib-i1l2s01", "remote_port": "1", "remote_type": "SW"}
+    assert by_key[("ib-i1l1s01", "1", "PortMalformedPktErrors")].value == 1.0
+    # PortRcvErrors comes from perfquery -x alone (one source per series), and only the 3 switches'
+    # perfquery -x ran: no perfquery -E per cabled port.
+    assert [r.value for r in readings if (r.device, r.port, r.counter) == ("ib-i1l1s01", "1", "PortRcvErrors")] == [0.0]
+    assert calls.read_text().split().count("start") == 3
 
 
 async def test_hca_ports_on_request_name_the_switch_port_they_face(bin_dir: Path) -> None:
     readings = await make(bin_dir, include_hcas=True, perfquery_errors_command=None).collect()
     hca = next(r for r in readings if r.device == "o0001/HCA-1" and r.counter == "PortRcvData")
     assert dict(hca.labels) == {"remote": "ib-i1l1s01", "remote_port": "10", "remote_type": "SW"}
-    assert not any(r.device == "p0001/HCA-1" for r in readings)  # its perfquery reply was empty
+    # its perfquery reply was empty: only its cable is reported
+    assert [r.name for r in readings if r.device == "p0001/HCA-1"] == ["cable_info"]
 
 
 async def test_a_hung_switch_times_out_without_hiding_the_others(tmp_path: Path) -> None:
     replies = replies_for("perfquery")
     fake_tool(tmp_path, "ibnetdiscover", replies_for("ibnetdiscover"))
     fake_tool(tmp_path, "perfquery", replies, sleep={"-x -l -G 0x506b4b03005c2740": 30})
-    readings = await make(tmp_path, timeout_seconds=1.0, perfquery_errors_command=None).collect()
+    readings = await make(tmp_path, timeout_seconds=1.0, perfquery_errors_command=None, report_cables=False).collect()
     assert {r.device for r in readings} == {"ib-i1l1s01"}
 
 
@@ -252,6 +299,16 @@ def test_commands_must_name_the_guid() -> None:
 # --- the topology model ------------------------------------------------------------------------
 
 
+def test_the_topology_file_gives_the_collector_its_switches_and_their_cabled_ports() -> None:
+    # The rdma-core man-page example (topology-file format): what the collector queries, by hand.
+    text = (CASES / "ibfabric" / "ibnetdiscover_topology_rdma_core_man" / "input.txt").read_text()
+    targets = fabric_targets(parse_ibnetdiscover(text).ports, include_hcas=False)
+    assert [(t.guid, t.device, sorted(t.ports)) for t in targets] == [
+        ("0x0008f10400410015", "SW-6IB4_Voltaire", [1, 3, 4, 6]),
+        ("0x005442ba00003080", "ISR9024_Voltaire", [6, 8, 10, 12, 22]),
+    ]
+
+
 def test_fat_tree_ids_and_ecmp_paths_over_spines() -> None:
     topo = fat_tree(nodes=16, hcas_per_node=2, nodes_per_leaf=8, spines=4, link_layer="ethernet")
     assert {"node-007", "node-007/mlx5_1", "node-007/mlx5_1~leaf-01", "leaf-01~spine-02", "leaf-02"} <= topo.elements()
@@ -271,7 +328,7 @@ def test_ibnetdiscover_topology_and_paths() -> None:
     text = (CASES / "ibfabric" / "ibnetdiscover_test" / "input.txt").read_text()
     topo = from_ibnetdiscover(text)
     assert topo.switches["ib-i1l1s01"].tier == "leaf" and topo.switches["ib-i1l2s01"].tier == "spine"
-    assert topo.links["o0001/HCA-1~ib-i1l1s01"].ports == ((1, 10),)
+    assert topo.links["o0001/HCA-1~ib-i1l1s01"].ports == (("1", "10"),)
     assert topo.paths("o0001", "o0002") == [
         frozenset(
             {

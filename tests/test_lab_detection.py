@@ -80,17 +80,21 @@ class Detection:
 
     async def clean(self) -> None:
         """The baseline: no incident, and every pair's RTT baseline ready (the engine scores a pair's
-        p99 only against its own history; a busy machine can delay that past the minimum)."""
+        minimum and p99 RTT only against its own history; a busy machine can delay that)."""
         least, most = CLEAN_ROUNDS
         await self.rounds(least)
         pairs = list(permutations(HOSTS, 2))
         for _ in range(most - least):
-            if all(self.engine.rtt.series_median(p) is not None for p in pairs):
+            if all(self._ready(p) for p in pairs):
                 break
             await self.round()
         assert self.incidents == {}, self.summary()  # a shaper with nothing to shape is no fault
-        unready = [p for p in pairs if self.engine.rtt.series_median(p) is None]
+        unready = [p for p in pairs if not self._ready(p)]
         assert not unready, f"no RTT baseline after {len(self.batches)} rounds: {unready}"
+
+    def _ready(self, pair: tuple[str, str]) -> bool:
+        delays = self.engine.delays
+        return delays.queue.series_median(pair) is not None and delays.tail.series_median(pair) is not None
 
     async def rounds(self, count: int) -> None:
         for _ in range(count):

@@ -17,7 +17,7 @@ from collectors.nccl import NcclCollector, NcclFactories, op_from_command
 from fabricd.collector import CollectorConfigError, build
 from fabricd.command import CommandResult, SubprocessRunner
 from fabricd.model import Kind, Reading
-from fabricd.nccl_parse import parse_nccl_output
+from fabricd.parsers.nccl import parse_nccl_output, parse_nccl_runs
 from tests.helpers import CASES, need_binary
 
 NCCL_CASES = sorted(p for p in (CASES / "nccl").iterdir() if p.is_dir())
@@ -25,9 +25,9 @@ UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
 REGISTRY = {"nccl": "collectors.nccl:NcclCollector"}
 
 
-def _parse_case(case: Path) -> dict[str, object]:
+def _parse_case(case: Path) -> list[dict[str, object]]:
     op = op_from_command(shlex.split((case / "command.txt").read_text()))
-    return parse_nccl_output((case / "input.txt").read_text(), op=op).to_json()
+    return [run.to_json() for run in parse_nccl_runs((case / "input.txt").read_text(), op=op)]
 
 
 @pytest.mark.parametrize("case", NCCL_CASES, ids=[p.name for p in NCCL_CASES])
@@ -42,12 +42,12 @@ def test_fixture_parses_to_expected(case: Path) -> None:
 def test_avg_busbw_matches_nccl_tests_own_average(case: Path) -> None:
     # Oracle: nccl-tests prints the mean busbw over every row and placement; the parsed rows
     # (in bytes/s) must average to it within the table's 2-decimal rounding.
-    run = parse_nccl_output((case / "input.txt").read_text())
-    busbw = [r.busbw_bytes_per_second for r in run.rows if r.busbw_bytes_per_second is not None]
-    if run.avg_busbw_bytes_per_second is None:
-        assert not busbw, "a run with a table but no average must be flagged incomplete"
-        return
-    assert sum(busbw) / len(busbw) == pytest.approx(run.avg_busbw_bytes_per_second, abs=0.01e9)
+    for run in parse_nccl_runs((case / "input.txt").read_text()):
+        busbw = [r.busbw_bytes_per_second for r in run.rows if r.busbw_bytes_per_second is not None]
+        if run.avg_busbw_bytes_per_second is None:
+            assert not busbw, "a run with a table but no average must be flagged incomplete"
+            continue
+        assert sum(busbw) / len(busbw) == pytest.approx(run.avg_busbw_bytes_per_second, abs=0.01e9)
 
 
 def test_every_fixture_format_is_covered() -> None:
@@ -238,6 +238,17 @@ async def test_log_glob_parses_each_complete_file_once(tmp_path: Path) -> None:
     assert not [r for r in second if r.counter in {"success", "busbw"}]
 
 
+async def test_a_log_of_several_runs_reports_each_with_its_op_and_file(tmp_path: Path) -> None:
+    text = (CASES / "nccl" / "assembled_three_runs_with_banners" / "input.txt").read_text()
+    readings = await _from_logs(tmp_path, {"nightly.log": text})
+    avg = {(r.device, dict(r.labels)["file"]): r.value for r in readings if r.counter == "avg_busbw"}
+    assert avg == {
+        ("all_reduce", "nightly.log"): 68404800000.0,
+        ("all_gather", "nightly.log"): 58265100000.0,
+        ("alltoall", "nightly.log"): 58648100000.0,
+    }
+
+
 def test_options_need_exactly_one_source() -> None:
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl"):
         build("nccl", {}, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY)
@@ -296,9 +307,9 @@ async def test_model_assumptions_follow_the_options(tmp_path: Path) -> None:
     def model(readings: Sequence[Reading]) -> list[tuple[float, dict[str, str]]]:
         return [(r.value, dict(r.labels)) for r in readings if r.counter == "model_efficiency"]
 
-    assert model(await _from_logs(tmp_path / "a", {"x.log": text})) == [(0.9, {"algo": "ring"})]
+    assert model(await _from_logs(tmp_path / "a", {"x.log": text})) == [(0.9, {"algo": "ring", "file": "x.log"})]
     tuned = await _from_logs(tmp_path / "b", {"x.log": text}, algo="tree", model_efficiency=0.87)
-    assert model(tuned) == [(0.87, {"algo": "tree"})]
+    assert model(tuned) == [(0.87, {"algo": "tree", "file": "x.log"})]
     with pytest.raises(CollectorConfigError, match=r"collectors\.nccl\.algo"):
         build(
             "nccl", {"log_glob": "/x/*.log", "algo": "butterfly"}, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY

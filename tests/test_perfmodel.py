@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fabricd.nccl_parse import parse_nccl_output
+from fabricd.parsers.nccl import parse_nccl_output
 from fabricd.perfmodel import (
     Fabric,
     Observation,

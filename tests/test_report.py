@@ -72,24 +72,24 @@ def _add_pingmesh(cluster: Any, nodes: list[Any], clock: Any) -> None:
 
 async def _replay(workdir: Path) -> tuple[Any, list[tuple[float, list[tuple[str, Sample]]]]]:
     from fabricd.clock import ManualClock
-    from fabricd.sim import eval as ev
+    from fabricd.sim import replay as ev
     from fabricd.sim.cluster import create
     from fabricd.sim.scenario import load
 
-    scenario = load(str(SCENARIO))
+    scenario = load(str(SCENARIO), delivery={"mode": "aligned"})  # the rounds below are aligned
     cluster = create(scenario, workdir, ev.EPOCH)
     clock = ManualClock(ev.EPOCH)
-    nodes = ev._build_nodes(cluster, clock)
+    nodes = ev.build_nodes(cluster, clock)
     _add_pingmesh(cluster, nodes, clock)
     rounds = []
     try:
         for k in range(int(scenario.duration // scenario.interval) + 1):
             cluster.advance_to(k * scenario.interval)
             clock.now = ev.EPOCH + k * scenario.interval
-            rounds.append((clock.now, await ev._scrape(nodes, clock.now)))
+            rounds.append((clock.now, [(n.name, s) for n in nodes for s in await ev.scrape_node(n, clock.now)]))
             await asyncio.sleep(0)  # let started NCCL runs finish
     finally:
-        await ev._close(nodes)
+        await ev.close_nodes(nodes)
     return cluster, rounds
 
 
@@ -97,7 +97,7 @@ def _store_and_detect(
     settings: ServerSettings, cluster: Any, rounds: list[tuple[float, list[tuple[str, Sample]]]]
 ) -> None:
     from fabricd.detect.engine import DetectionEngine
-    from fabricd.server.detection import DetectionLoop
+    from fabricd.server.detection import DetectionLoop, EngineFeed
 
     svc = create_app(settings).state.services
     db.prepare(svc.store.engine)
@@ -109,7 +109,9 @@ def _store_and_detect(
             svc.store.writer.ingest(Batch(node, "sim", f"{node}-{k}", samples, created_ts=ts), ts, 20_000)
     engine = DetectionEngine()
     engine.set_topology(cluster.sim.fabric.topology, cluster.routes())
-    loop = DetectionLoop(svc.store.stream, svc.store.incidents, engine, svc.metrics, clock=lambda: rounds[-1][0])
+    loop = DetectionLoop(
+        svc.store.stream, svc.store.incidents, EngineFeed(engine), svc.metrics, clock=lambda: rounds[-1][0]
+    )
     while loop.step():
         pass
     svc.store.engine.dispose()
@@ -373,3 +375,40 @@ async def test_route_errors_are_json(fleet: Fleet, api: httpx.AsyncClient) -> No
         bad = await api.get(f"/api/v1/incidents/{fleet.incident_id}/report", headers=auth, params={"link_rate": rate})
         assert bad.status_code == 422 and bad.json()["error"] == "invalid_request", (rate, bad.text)
         assert "link" in bad.json()["message"]
+
+
+def test_report_shows_the_incident_as_the_cli_page_does(
+    fleet: Fleet, server: ServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Evidence in units against the rule's threshold, ranked candidates and next checks: the same
+    rows in the HTML report as on `fabricd incident ID`."""
+    import html as html_mod
+    import re
+
+    assert cli(fleet, server, "--incident", str(fleet.incident_id), "--out", str(tmp_path)) == 0
+    capsys.readouterr()
+    html = (tmp_path / "report.html").read_text()
+    main(["incident", str(fleet.incident_id), "--server", server.url, "--token", fleet.read])
+    page = capsys.readouterr().out
+
+    def html_rows(after: str) -> list[list[str]]:
+        table = html.split(after, 1)[1].split("</table>", 1)[0]
+        return [
+            [html_mod.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table)
+            if "<td" in row
+        ]
+
+    def page_rows(title: str) -> list[list[str]]:
+        section = next(p for p in page.split("\n\n") if p.startswith(title)).split("\n")
+        return [re.split(r"\s{2,}", line.strip()) for line in section[2:] if line.startswith("  ")]
+
+    evidence = html_rows("<h4>Evidence (furthest past its threshold first)</h4>")
+    assert evidence and evidence == page_rows("Evidence")
+    # rules/detection/loss.yaml: link_down fires above 0 events/s.
+    assert {r[3] for r in evidence if r[0] == "link_downs_per_second"} == {"> 0/s"}
+    cands = [[c for c in r if c] for r in html_rows("<h4>Localization candidates")]
+    assert cands == page_rows("Localization")
+    steps = [html_mod.unescape(s) for s in re.findall(r"<li>(.*?)</li>", html.split("<h4>Next checks</h4>", 1)[1])]
+    assert steps[0].startswith(f"Inspect the cable and transceivers of {ELEMENT}: ")
+    assert steps[-1] == f"The whole picture, with plots: fabricd report --incident {fleet.incident_id}"

@@ -116,8 +116,19 @@ def port_samples(ts: float, tx: float, rx: float, pause: float = 0.0, wait: floa
 # ---- ingest ---------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+async def fleet_api(db_url: str, tmp_path: Path) -> AsyncIterator[Api]:
+    """As ``api``, with the opt-in fleet view on /metrics (``metrics_fleet_view``)."""
+    app = create_app(settings_for(db_url, tmp_path, metrics_fleet_view=True))
+    async with running(app) as client:
+        yield Api(client, app)
+
+
 @pytest.mark.parametrize("content_type,gzip", [(wire.MSGPACK, True), (wire.JSON, False), (wire.JSON, True)])
-async def test_ingest_accepts_every_encoding_and_shows_in_metrics(api: Api, content_type: str, gzip: bool) -> None:
+async def test_ingest_accepts_every_encoding_and_shows_in_metrics(
+    fleet_api: Api, content_type: str, gzip: bool
+) -> None:
+    api = fleet_api
     resp = await api.ingest("node-a", "b1", port_samples(time.time(), 2e9, 1e9), "agent", content_type, gzip)
     assert resp.status_code == 200, resp.text
     assert resp.json() == {"batch_id": "b1", "accepted": 6, "duplicate": False}
@@ -312,7 +323,7 @@ def incident(
         started_ts=now - 30,
         updated_ts=now,
         resolved_ts=now if state is IncidentState.RESOLVED else None,
-        candidates=[Candidate("leaf-01~spine-02", 0.9), Candidate("leaf-01", 0.4)],
+        candidates=[Candidate("leaf-01~spine-02", 0.9, 0.7), Candidate("leaf-01", 0.4, 0.3)],
         affected=["node-a"],
         evidence=[Evidence("xmit_wait_ratio", "node-a", "mlx5_0", "1", 0.4, 0.1, now - 10)],
         timeline=list(timeline),
@@ -325,7 +336,7 @@ async def test_incident_lifecycle_through_the_api(api: Api) -> None:
     listed = (await api.get("/api/v1/incidents", state="open")).json()
     assert [i["id"] for i in listed] == [inc_id]
     detail = (await api.get(f"/api/v1/incidents/{inc_id}")).json()
-    assert detail["candidates"][0] == {"element": "leaf-01~spine-02", "score": 0.9}
+    assert detail["candidates"][0] == {"element": "leaf-01~spine-02", "score": 0.9, "weight": 0.7}
     assert detail["evidence"][0]["signal"] == "xmit_wait_ratio"
     acked = await api.post(f"/api/v1/incidents/{inc_id}/ack", json={"note": "looking", "by": "alice"})
     assert acked.status_code == 200 and acked.json()["state"] == "acked" and acked.json()["acked_by"] == "alice"
@@ -425,18 +436,21 @@ async def test_topology_status_and_probes(api: Api) -> None:
     put = await api.client.put("/api/v1/topology", json=doc, headers=api.auth(api.admin))
     assert put.status_code == 200 and put.json()["links"] == doc["links"]
     got = (await api.get("/api/v1/topology")).json()
-    assert got["elements"] == doc["elements"] and got["routes"] == doc["routes"]
+    uploaded = [{**r, "source": "upload", "traced_ts": None, "version": None} for r in doc["routes"]]
+    assert got["elements"] == doc["elements"] and got["routes"] == uploaded
     # A topology the detectors could not use is refused at upload, naming what is wrong.
     bad_link = {**doc, "links": [*doc["links"], {"a": "node-009/mlx5_0", "b": "leaf-01"}]}
     put = await api.client.put("/api/v1/topology", json=bad_link, headers=api.auth(api.admin))
-    assert put.status_code == 422 and "node-009/mlx5_0~leaf-01: unknown end" in put.json()["message"]
+    assert put.status_code == 422 and put.json()["message"] == (
+        "topology: links[8] (node-009/mlx5_0~leaf-01): unknown end node-009/mlx5_0 (declare it in elements)"
+    )
     bad_route = {**doc, "routes": [{"src": "node-001", "dst": "node-003", "elements": ["leaf-01~spine-09"]}]}
     put = await api.client.put("/api/v1/topology", json=bad_route, headers=api.auth(api.admin))
     assert (
         put.status_code == 422
         and "routes[0] (node-001 -> node-003): unknown element(s) leaf-01~spine-09" in put.json()["message"]
     )
-    assert (await api.get("/api/v1/topology")).json()["routes"] == doc["routes"]  # the last good one stays
+    assert (await api.get("/api/v1/topology")).json()["routes"] == uploaded  # the last good one stays
     await api.ingest("node-a", "1", [ib_sample(time.time())])
     api.store.incidents.upsert(incident("c1"))
     status = (await api.get("/api/v1/status")).json()

@@ -150,7 +150,8 @@ def test_latest_values_survive_a_kill_9_between_writes(db_url: str, tmp_path: Pa
             assert conn.execute(text("SELECT latest_ts FROM series")).scalar_one() is None
     finally:
         engine.dispose()
-    server = ServerProcess(tmp_path / "data", db_url, auth=False, env=slow_flush).start()
+    fleet_view = {**slow_flush, "FABRICD_METRICS_FLEET_VIEW": "true"}  # the replayed value on /metrics too
+    server = ServerProcess(tmp_path / "data", db_url, auth=False, env=fleet_view).start()
     try:
         ports = httpx.get(f"{server.url}/api/v1/ports", timeout=10).json()
         metrics = httpx.get(f"{server.url}/metrics", timeout=10).text

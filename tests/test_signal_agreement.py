@@ -31,7 +31,7 @@ from fabricd.report import ReportQuery, build_report
 from fabricd.server import db
 from fabricd.server.app import create_app
 from fabricd.server.auth import ANONYMOUS
-from fabricd.server.detection import DetectionLoop
+from fabricd.server.detection import DetectionLoop, EngineFeed
 from fabricd.server.report_source import ServiceSource
 from fabricd.settings import ServerSettings
 from fabricd.sim.sysfstree import MLX5_CONG_COUNTERS, DeviceTree, PortTree, write_infiniband_tree
@@ -86,7 +86,9 @@ def _central(tmp: Path, scrapes: list[tuple[float, list[Sample]]]) -> tuple[obje
     for k, (ts, samples) in enumerate(scrapes):
         svc.store.writer.ingest(Batch(NODE, "test", f"{NODE}-{k}", samples, created_ts=ts), ts, 20_000)
     engine = DetectionEngine()
-    loop = DetectionLoop(svc.store.stream, svc.store.incidents, engine, svc.metrics, clock=lambda: scrapes[-1][0])
+    loop = DetectionLoop(
+        svc.store.stream, svc.store.incidents, EngineFeed(engine), svc.metrics, clock=lambda: scrapes[-1][0]
+    )
     while loop.step():
         pass
     incidents = [r for r in svc.store.incidents.query() if r.kind == IncidentKind.CONGESTION.value]

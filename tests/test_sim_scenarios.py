@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fabricd.collector import build
-from fabricd.nccl_parse import parse_nccl_output
+from fabricd.parsers.nccl import parse_nccl_output
 from fabricd.sim import live
 from fabricd.sim.cluster import create
 from fabricd.sim.scenario import FAULT_KINDS, ScenarioError, load, parse, shipped

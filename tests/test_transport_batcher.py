@@ -12,15 +12,19 @@ def _batcher(max_samples: int = 10, max_seconds: float = 5.0) -> Batcher:
     return Batcher("n1", "0.1.0", max_samples, max_seconds, ManualClock().time)
 
 
-def test_a_full_batch_closes_at_max_samples_and_keeps_the_rest() -> None:
+def test_a_batch_holds_whole_scrapes_and_closes_before_one_would_overflow_it() -> None:
+    """The central settles a node's event time by its last delivered scrape (fabricd.detect.settle):
+    a batch closes before a scrape that would not fit, and only a scrape larger than a batch is cut."""
     b = _batcher(max_samples=10)
     out = b.add(scrape(1.0, ports=4), [], now=0.0) + b.add(scrape(2.0, ports=4), [], now=1.0)
     assert out == []
     out = b.add(scrape(3.0, ports=4), [], now=2.0)
-    assert [len(x.samples) for x in out] == [10]
-    assert b.pending == 2
+    assert [[s.ts for s in x.samples] for x in out] == [[1.0] * 4 + [2.0] * 4]
+    assert b.pending == 4
     rest = b.flush()
-    assert rest is not None and [s.ts for s in rest.samples] == [3.0, 3.0]
+    assert rest is not None and [s.ts for s in rest.samples] == [3.0] * 4
+    big = b.add(scrape(4.0, ports=12), [], now=3.0)
+    assert [len(x.samples) for x in big] == [10] and b.pending == 2
 
 
 def test_an_open_batch_becomes_due_after_max_seconds() -> None:

@@ -279,3 +279,22 @@ async def test_a_send_cut_short_by_shutdown_is_spooled_not_lost(tmp_path: Path) 
     finally:
         await central.stop()
     assert [transport.spool.read(e).batch_id for e in transport.spool.entries()] == [b for _, b, _ in central.requests]
+
+
+async def test_by_default_each_scrape_is_sent_as_it_ends_without_waiting_in_a_batch(tmp_path: Path) -> None:
+    # Settlement waits for every node's scrape (fabricd.detect.settle): a scrape held back in an open
+    # batch delays every incident, so the default sends each one at once, as its own batch.
+    central = CentralDouble()
+    await central.start()
+    settings = _settings(tmp_path, central).model_copy(update={"transport": TransportSettings(compress=False)})
+    assert settings.transport.batch_max_seconds == 0
+    transport, _ = await _transport(settings)
+    try:
+        for ts in (1.0, 2.0):
+            await transport.submit(scrape(ts), [])
+            assert transport.batcher.pending == 0  # closed with the scrape, not left for a timer
+        await until(lambda: len(central.order) == 2)
+    finally:
+        await transport.close()
+        await central.stop()
+    assert stored_timestamps(central) == [1.0, 2.0]

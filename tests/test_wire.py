@@ -67,6 +67,9 @@ def _obj() -> dict[str, object]:
         (lambda o: o["samples"][0].__setitem__(9, "NaN"), "samples[0].value"),
         (lambda o: o["samples"][0].__setitem__(8, {"priority": 3}), "samples[0].labels"),
         (lambda o: o.update(health=[["x", True]]), "health[0]"),
+        # a count past 64 bits made the store raise (HTTP 500), found by schemathesis
+        (lambda o: o.update(health=[["x", True, 0.1, 1.0, "", 1712450407832583405568]]), "health[0].readings"),
+        (lambda o: o.update(health=[["x", True, 0.1, 1.0, "", -1]]), "health[0].readings"),
         (lambda o: o.update(ts=[1]), "ts"),
         (lambda o: o.update(samples={"a": 1}), "samples"),
     ],

@@ -10,21 +10,23 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
 from fabricd import __version__, gctune, logs
+from fabricd.agent import metrics_http
 from fabricd.agent.agent import Agent, Sink
+from fabricd.agent.metrics_text import NodeText
 from fabricd.agent.runtime import CollectorRunner
 from fabricd.clock import SystemClock
 from fabricd.collector import Collector, CollectorConfigError, build_collectors
-from fabricd.exposition import families
+from fabricd.exposition_text import RegistryText
 from fabricd.model import CollectorHealth, Sample
-from fabricd.settings import AgentSettings, parse_listen
+from fabricd.settings import AgentSettings, TransportSettings, parse_listen
 from fabricd.transport import Transport
 
 log = logging.getLogger("fabricd.agent")
@@ -34,33 +36,57 @@ class ConfigError(Exception):
     """A problem found at start that the operator must fix; exit 2 with this message."""
 
 
-class LatestScrape(PromCollector):
-    """Tee in front of the transport keeping the last scrape for the agent's local /metrics."""
+# A series the collectors stopped reporting stays on /metrics this long (the central's default
+# metrics_stale_seconds): an NCCL-tests result or a probe outcome holds until the next one, as on
+# the central; a port that went away leaves.
+KEEP_SECONDS = 300.0
 
-    def __init__(self, sink: Sink, node: str) -> None:
+
+class LatestScrape(PromCollector):
+    """Tee in front of the transport keeping the newest sample of each series for the agent's
+    local /metrics: the samples render through ``NodeText`` (``page``), the collectors' health
+    through the registry. Not only the last scrape: some collectors report a series only when it
+    changes (a new NCCL-tests run), and Prometheus would mark it stale at the next scrape."""
+
+    def __init__(self, sink: Sink, node: str, version: str = __version__) -> None:
         self.sink = sink
         self.node = node
+        self.version = version
         self.samples: Sequence[Sample] = ()
         self.health: Sequence[CollectorHealth] = ()
+        self._latest: dict[tuple[object, ...], Sample] = {}  # insertion order: the page's order holds
 
     async def submit(self, samples: Sequence[Sample], health: Sequence[CollectorHealth]) -> None:
-        # Rebinding (not mutating) keeps the scrape thread's view consistent without a lock.
-        self.samples, self.health = list(samples), list(health)
+        latest = self._latest
+        for s in samples:
+            r = s.reading
+            latest[r.series or r.key()] = s
+        if samples:
+            cutoff = samples[0].ts - KEEP_SECONDS
+            for key in [k for k, s in latest.items() if s.ts < cutoff]:
+                del latest[key]
+        # Rebinding (not mutating) keeps a reader's view consistent without a lock.
+        self.samples, self.health = list(latest.values()), list(health)
         await self.sink.submit(samples, health)
 
     def collect(self) -> Iterator[Metric]:
-        yield from families(self.samples, self.node)
-        yield from _health_families(self.health)
+        # node and version as labels: what joins this target's series to its node in PromQL
+        # (``* on(instance, job) group_left(node) fabricd_agent_info``), as node_exporter's uname info.
+        info = GaugeMetricFamily("fabricd_agent_info", "Agent version per node (value 1)", labels=["node", "version"])
+        info.add_metric([self.node, self.version], 1.0)
+        yield info
+        yield from _health_families(self.node, self.health)
 
 
-def _health_families(health: Sequence[CollectorHealth]) -> Iterator[Metric]:
-    ok = GaugeMetricFamily("fabricd_collector_success", "1 if the collector's last run succeeded", labels=["collector"])
+def _health_families(node: str, health: Sequence[CollectorHealth]) -> Iterator[Metric]:
+    labels = ["node", "collector"]  # as the central's fleet view names them
+    ok = GaugeMetricFamily("fabricd_collector_success", "1 if the collector's last run succeeded", labels=labels)
     took = GaugeMetricFamily(
-        "fabricd_collector_duration_seconds", "Duration of the collector's last run", labels=["collector"]
+        "fabricd_collector_duration_seconds", "Duration of the collector's last run", labels=labels
     )
     for h in health:
-        ok.add_metric([h.collector], 1.0 if h.success else 0.0)
-        took.add_metric([h.collector], h.duration_seconds)
+        ok.add_metric([node, h.collector], 1.0 if h.success else 0.0)
+        took.add_metric([node, h.collector], h.duration_seconds)
     yield ok
     yield took
 
@@ -86,17 +112,25 @@ def run_agent(settings: AgentSettings) -> int:
         return 2
 
 
+def metrics_page(registry: CollectorRegistry, tee: LatestScrape) -> Callable[[], bytes]:
+    """The agent's /metrics: its own metrics (transport, collectors' health) and its samples."""
+    # Every series carries the node, as the samples do: dashboards and alerts select by node
+    # whether Prometheus scrapes the agent or reads the central's fleet view.
+    own, samples = RegistryText({"node": tee.node}), NodeText(tee.node)
+    return lambda: own.render(registry.collect()).encode() + samples.render(tee.samples)
+
+
 async def _serve(settings: AgentSettings, collectors: dict[str, Collector]) -> int:
     registry = CollectorRegistry()
-    stop_metrics = _start_metrics(settings.metrics_listen, registry)
-    transport = Transport(settings, agent_version=__version__, registry=registry)
+    transport = Transport(settings, agent_version=__version__, registry=registry, **_bus_poster(settings))
+    tee = LatestScrape(transport, settings.node)
+    registry.register(tee)
+    stop_metrics = await _start_metrics(settings.metrics_listen, metrics_page(registry, tee))
     try:
         await transport.start()
     except OSError as exc:
-        stop_metrics()
+        await stop_metrics()
         raise ConfigError(f"spool: cannot open {transport.spool.dir}: {exc.strerror or exc}") from exc
-    tee = LatestScrape(transport, settings.node)
-    registry.register(tee)
     runner = CollectorRunner(collectors, settings.collector_timeout_seconds)
     agent = Agent(runner, tee, SystemClock(), settings.interval_seconds)
     stop = asyncio.Event()
@@ -108,8 +142,27 @@ async def _serve(settings: AgentSettings, collectors: dict[str, Collector]) -> i
         logs.event(log, logging.INFO, "agent stopping; flushing the pending batch")
         await transport.close()
         await runner.close()
-        stop_metrics()
+        await stop_metrics()
     return 0
+
+
+def _bus_poster(settings: AgentSettings) -> dict[str, Any]:
+    """With ``bus.url``, the transport publishes to NATS JetStream instead of POSTing."""
+    if not settings.bus.url:
+        return {}
+    from fabricd.extras import MissingExtra, require
+
+    try:
+        require("bus", "bus.url (publishing to NATS)")
+    except MissingExtra as exc:
+        raise ConfigError(str(exc)) from exc
+    from fabricd.transport.nats_poster import NatsPoster
+
+    def factory(transport: TransportSettings) -> NatsPoster:
+        return NatsPoster(settings.bus, settings.node, transport.timeout_seconds)
+
+    logs.event(log, logging.INFO, "publishing batches to NATS JetStream", url=settings.bus.url)
+    return {"poster_factory": factory}
 
 
 def _on_signals(stop: asyncio.Event) -> None:
@@ -118,19 +171,23 @@ def _on_signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
-def _start_metrics(listen: str, registry: CollectorRegistry) -> Callable[[], None]:
-    """Serve /metrics on ``listen`` (empty: not at all); returns the function that stops it."""
+async def _start_metrics(listen: str, page: Callable[[], bytes]) -> Callable[[], Awaitable[None]]:
+    """Serve /metrics on ``listen`` (empty: not at all); returns the coroutine that stops it."""
     if not listen:
-        return lambda: None
+        return _nothing
     try:
         host, port = parse_listen(listen)
-        httpd, _thread = start_http_server(port, host, registry)
+        server = await metrics_http.serve(host, port, page)
     except (ValueError, OSError) as exc:
         raise ConfigError(f"metrics_listen: cannot serve on {listen!r}: {exc}") from exc
     logs.event(log, logging.INFO, "serving agent metrics", listen=listen)
 
-    def stop() -> None:
-        httpd.shutdown()
-        httpd.server_close()
+    async def stop() -> None:
+        server.close()
+        await server.wait_closed()
 
     return stop
+
+
+async def _nothing() -> None:
+    return None

@@ -45,7 +45,13 @@ def register(sub: Any) -> None:
     p.add_argument("--alpha-us", type=float, metavar="US", help="per-step latency, microseconds (default 8)")
     p.add_argument("--efficiency", type=float, metavar="F", help="achievable fraction of line rate (default 0.9)")
     p.add_argument("--op", choices=OPS, default="all_reduce", help="collective (default all_reduce)")
-    p.add_argument("--algo", choices=ALGOS, default="ring", help="algorithm (default ring)")
+    p.add_argument(
+        "--algo",
+        choices=(*ALGOS, "auto"),
+        default="auto",
+        help="algorithm; auto (default): what NCCL's tuner picks per size, ring or tree with LL, LL128 or "
+        "Simple (fabricd/tuner.py), and says which",
+    )
     p.add_argument("--nodes", default="2", metavar="N,N,...", help="node counts, e.g. 16,32,64,128 (default 2)")
     p.add_argument(
         "--sizes",
@@ -66,7 +72,9 @@ def register(sub: Any) -> None:
         metavar="N",
         help="node count of the calibration logs (default: hosts listed in the log)",
     )
-    p.add_argument("--calibrate-algo", choices=ALGOS, help="algorithm of the calibration logs (default --algo)")
+    p.add_argument(
+        "--calibrate-algo", choices=ALGOS, help="algorithm of the calibration logs (default --algo; ring for auto)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
 
@@ -122,14 +130,17 @@ def build_fabric(args: argparse.Namespace) -> Fabric:
 
 
 def _calibrate(args: argparse.Namespace, fabric: Fabric) -> Calibration:
-    from fabricd.nccl_parse import parse_nccl_output
+    from fabricd.parsers.nccl import parse_nccl_output
     from fabricd.perfmodel import calibrate, observations_from_run
 
     observations = []
+    algo = args.calibrate_algo or (args.algo if args.algo != "auto" else "ring")
     for log in args.calibrate:
         run_ = parse_nccl_output(log.read_text(errors="replace"))
+        if not run_.rows:
+            raise ValueError(f"{log}: not NCCL-tests output (no result table with size, time and busbw columns)")
         nodes = args.calibrate_nodes or len({r.host for r in run_.ranks}) or 1
-        observations += observations_from_run(run_, nodes, args.calibrate_algo or args.algo, op=args.op)
+        observations += observations_from_run(run_, nodes, algo, op=args.op)
     return calibrate(observations, fabric)
 
 
@@ -146,7 +157,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if calibration:
         fabric = replace(fabric, alpha_seconds=calibration.alpha_seconds, efficiency=calibration.efficiency)
-    preds = [predict(args.op, s, n, fabric, args.algo) for n in nodes for s in sizes]
+    if args.algo == "auto":
+        from fabricd.tuner import predict_tuned
+
+        preds = [predict_tuned(args.op, s, n, fabric) for n in nodes for s in sizes]
+    else:
+        preds = [predict(args.op, s, n, fabric, args.algo) for n in nodes for s in sizes]
     if args.json:
         out = {
             "fabric": asdict(fabric),
@@ -183,12 +199,13 @@ def _print_table(preds: list[Any], fabric: Fabric, calibration: Calibration | No
             f"calibrated on {calibration.observations} rows ({calibration.latency_rows} latency, "
             f"{calibration.bandwidth_rows} bandwidth): median error {calibration.median_relative_error:.1%}"
         )
-    table = Table("op", "algo", "nodes", "ranks", "size", "time", "algbw GB/s", "busbw GB/s")
+    table = Table("op", "algo", "proto", "nodes", "ranks", "size", "time", "algbw GB/s", "busbw GB/s")
     for p in preds:
         t = p.time_seconds
         table.add_row(
             p.op,
             p.algo,
+            p.protocol or "-",
             str(p.nodes),
             str(p.ranks),
             _human_bytes(p.size_bytes),

@@ -67,7 +67,8 @@ ClientFactory = Callable[[str, str, float], ApiClient]
 CLIENT_FACTORY: ClientFactory = ApiClient
 
 
-def register(sub: Any) -> None:
+def common_parser() -> argparse.ArgumentParser:
+    """The flags every command that talks to the central takes (--server, --token, --timeout, --json)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--server",
@@ -81,13 +82,18 @@ def register(sub: Any) -> None:
     )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server")
     common.add_argument("--json", action="store_true", help="print the server's JSON (for scripts)")
+    return common
+
+
+def register(sub: Any) -> None:
+    common = common_parser()
     p = sub.add_parser(
         "status",
         parents=[common],
         help="fleet summary: nodes, stale agents, open incidents",
         description="Fleet summary: nodes, stale agents, open incidents.",
     )
-    p.set_defaults(func=_runner(cmd_status))
+    p.set_defaults(func=runner(cmd_status))
     p = sub.add_parser(
         "incidents", parents=[common], help="list incidents, newest first", description="List incidents, newest first."
     )
@@ -96,15 +102,16 @@ def register(sub: Any) -> None:
     p.add_argument("--kind", help="only this kind (congestion, packet_loss, hol_blocking, ...)")
     p.add_argument("--since", help="updated since (RFC 3339 or -2h)")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    p.set_defaults(func=_runner(cmd_incidents))
+    p.add_argument("--job", help="only incidents that hurt this job (its id, see `fabricd jobs`)")
+    p.set_defaults(func=runner(cmd_incidents))
     p = sub.add_parser(
         "incident",
         parents=[common],
-        help="one incident: evidence, localization, timeline",
-        description="One incident: evidence, localization, timeline.",
+        help="one incident: affected, evidence, localization, timeline, next checks",
+        description="One incident: what is affected, the evidence against its thresholds, the candidates by score, the timeline and what to check next.",
     )
     p.add_argument("id", type=int, help="incident id (see `fabricd incidents`)")
-    p.set_defaults(func=_runner(cmd_incident))
+    p.set_defaults(func=runner(cmd_incident))
     p = sub.add_parser(
         "ports",
         parents=[common],
@@ -120,7 +127,7 @@ def register(sub: Any) -> None:
         help="order by this column, hottest first (default throughput)",
     )
     p.add_argument("--state", help="only ports in this state (ACTIVE, down)")
-    p.set_defaults(func=_runner(cmd_ports))
+    p.set_defaults(func=runner(cmd_ports))
     for verb in ("ack", "resolve"):
         p = sub.add_parser(
             verb,
@@ -131,13 +138,13 @@ def register(sub: Any) -> None:
         p.add_argument("id", type=int, help="incident id (see `fabricd incidents`)")
         p.add_argument("--note", default="", help="why (kept in the incident's timeline)")
         p.add_argument("--by", help="who (default: the token's name)")
-        p.set_defaults(func=_runner(cmd_ack if verb == "ack" else cmd_resolve))
+        p.set_defaults(func=runner(cmd_ack if verb == "ack" else cmd_resolve))
 
 
 Command = Callable[[ApiClient, argparse.Namespace], Any]
 
 
-def _runner(command: Command) -> Callable[[argparse.Namespace], int]:
+def runner(command: Command) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         client = CLIENT_FACTORY(args.server, args.token, args.timeout)
         try:
@@ -212,7 +219,9 @@ def _collectors(cols: list[dict[str, Any]]) -> str:
 def cmd_incidents(client: ApiClient, args: argparse.Namespace) -> Any:
     state = "open" if args.open else args.state
     rows = client.call(
-        "GET", "/api/v1/incidents", {"state": state, "kind": args.kind, "since": args.since, "limit": args.limit}
+        "GET",
+        "/api/v1/incidents",
+        {"state": state, "kind": args.kind, "since": args.since, "limit": args.limit, "job": args.job},
     )
     if args.json:
         return rows
@@ -237,41 +246,9 @@ def cmd_incident(client: ApiClient, args: argparse.Namespace) -> Any:
 
 
 def _print_incident(inc: dict[str, Any]) -> None:
-    from rich.markup import escape
+    from fabricd.cli.incident_page import render
 
-    from fabricd.timeparse import iso
-
-    con = _console()
-    head = f"#{inc['id']} {inc['kind']} {inc['severity']} {inc['state']}"
-    con.print(f"[bold]{escape(head)}[/bold] at {escape(inc['element'])}")
-    con.print(inc["summary"], markup=False)
-    con.print(
-        f"started {iso(inc['started_ts'])} · updated {iso(inc['updated_ts'])}"
-        + (f" · acked by {escape(inc['acked_by'])}" if inc.get("acked_by") else "")
-        + (f" · resolved {iso(inc['resolved_ts'])}" if inc.get("resolved_ts") else "")
-    )
-    if inc["candidates"]:
-        con.print(
-            _table(
-                "Localization", ["element", "score"], [[c["element"], f"{c['score']:.3f}"] for c in inc["candidates"]]
-            )
-        )
-    ev = [
-        [
-            e["signal"],
-            e["node"],
-            e["device"],
-            e["port"],
-            units.si(e["value"]),
-            units.si(e["threshold"]),
-            iso(e["ts"]),
-            e.get("note", ""),
-        ]
-        for e in inc["evidence"]
-    ]
-    con.print(_table("Evidence", ["signal", "node", "device", "port", "value", "threshold", "at", "note"], ev))
-    tl = [[iso(t["ts"]), t["what"], t["by"]] for t in inc["timeline"]]
-    con.print(_table("Timeline", ["at", "what", "by"], tl))
+    sys.stdout.write(render(inc))
 
 
 def cmd_ports(client: ApiClient, args: argparse.Namespace) -> Any:

@@ -57,9 +57,15 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     """The fabric the NCCL results are compared against (flags as ``fabricd model``)."""
     g = p.add_argument_group("performance model (NCCL section; see fabricd model --help)")
     g.add_argument("--topology", type=Path, metavar="FILE", help="YAML with a 'topology' mapping (a scenario works)")
-    g.add_argument("--link-rate", metavar="RATE", help="per-HCA link rate, e.g. 400G (default 400G)")
-    g.add_argument("--hcas-per-node", type=int, metavar="N", help="network ports per node (default 8)")
-    g.add_argument("--gpus-per-node", type=int, metavar="N", help="ranks per node (default 8)")
+    g.add_argument(
+        "--link-rate", metavar="RATE", help="per-HCA link rate, e.g. 400G (default: each node's own, from its sysfs)"
+    )
+    g.add_argument(
+        "--hcas-per-node", type=int, metavar="N", help="network ports per node (default: each node's own active ports)"
+    )
+    g.add_argument(
+        "--gpus-per-node", type=int, metavar="N", help="ranks per node (default: as each NCCL-tests run reports it)"
+    )
     g.add_argument("--nodes-per-leaf", type=int, metavar="N", help="nodes under one leaf (default 16)")
     g.add_argument("--oversubscription", type=float, metavar="X", help="leaf down:up capacity ratio (default 1)")
     g.add_argument("--alpha-us", type=float, metavar="US", help="per-step latency, microseconds (default 8)")
@@ -69,7 +75,7 @@ def _model_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         metavar="N",
-        help="nodes in one NCCL-tests job (results do not record it; default 2)",
+        help="nodes in one NCCL-tests job when a run does not say (default 2)",
     )
 
 
@@ -89,7 +95,13 @@ def build_query(args: argparse.Namespace, now: float) -> Any:
         max_ports=args.max_ports,
         fabric=fabric,
         nccl_nodes=args.nccl_nodes,
+        hardware="flags" if hardware_flags(args) else "nodes",
     )
+
+
+def hardware_flags(args: argparse.Namespace) -> bool:
+    """Did the user describe the nodes' hardware? Then it replaces what each node's sysfs said."""
+    return bool(args.topology) or any(v is not None for v in (args.link_rate, args.hcas_per_node, args.gpus_per_node))
 
 
 def _flag(flag: str, value: str | None, parse: Callable[[str], float]) -> Any:

@@ -32,6 +32,13 @@ def register(sub: Any) -> None:
         default=None,
         help="accept unauthenticated ingest and API calls (demo and local tests only)",
     )
+    p.add_argument(
+        "--metrics-fleet-view",
+        dest="metrics_fleet_view",
+        action="store_true",
+        default=None,
+        help="also export every node's series on /metrics (small sites; capped by metrics_fleet_max_series)",
+    )
     p.add_argument("--tls-certfile", type=Path, metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     p.add_argument("--tls-keyfile", type=Path, metavar="FILE", help="private key for --tls-certfile (PEM)")
     p.set_defaults(func=run)
@@ -53,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
         auth=args.auth,
         tls_certfile=args.tls_certfile,
         tls_keyfile=args.tls_keyfile,
+        metrics_fleet_view=args.metrics_fleet_view,
     )
+    if settings.bus.url:
+        require("bus", "bus.url (consuming from NATS)")
     if settings.rules_dir is None:
         settings = settings.model_copy(update={"rules_dir": shipped_rules()})
     return serve(settings)

@@ -37,6 +37,17 @@ def register(sub: Any) -> None:
     )
     e.add_argument("scenario", nargs="*", help="scenario names or YAML files (default: all shipped but large, demo)")
     e.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    e.add_argument(
+        "--live",
+        action="store_true",
+        help="run one scenario for real (simulator, server, one agent per node, in real time) and score "
+        'the incidents the server opened; the JSON gains "mode": "live"',
+    )
+    e.add_argument("--duration", type=_duration, metavar="TIME", help="with --live: stop after this long (5m, 300)")
+    e.add_argument("--listen", default="127.0.0.1:9471", metavar="HOST:PORT", help="with --live: the server's address")
+    e.add_argument(
+        "--data-dir", type=Path, default=Path("data/eval-live"), metavar="DIR", help="with --live: wiped at start"
+    )
     e.add_argument("--list", action="store_true", help="list the shipped scenarios and exit")
     e.set_defaults(func=run_eval)
 
@@ -113,11 +124,46 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.list:
         sys.stdout.write(scenario_list())
         return 0
+    if args.live:
+        return _run_live(args)
     try:
         report = ev.evaluate_all(args.scenario or default_scenarios(), show_progress=True)
     except ScenarioError as exc:
         print(f"fabricd: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps(report, separators=(",", ":")))
+    else:
+        sys.stdout.write(ev.render_text(report))
+    return 0
+
+
+def _duration(text: str) -> float:
+    from fabricd.sim.scenario import seconds
+
+    try:
+        return seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _run_live(args: argparse.Namespace) -> int:
+    from fabricd.sim import eval as ev
+    from fabricd.sim.live_eval import LiveOptions, evaluate_live
+    from fabricd.sim.scenario import ScenarioError
+
+    if len(args.scenario) != 1:
+        print("fabricd eval --live: give exactly one scenario (it runs in real time)", file=sys.stderr)
+        return 2
+    opts = LiveOptions(args.scenario[0], args.duration, args.listen, args.data_dir)
+    try:
+        report = evaluate_live(opts)
+    except ScenarioError as exc:
+        print(f"fabricd: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        print(f"fabricd eval --live: {exc}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(report, separators=(",", ":")))
     else:

@@ -6,12 +6,16 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from fabricd import units
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal, max_severity
 from fabricd.detect.localize import Cluster, Localizer, Symptom
 from fabricd.model import Candidate, Evidence, IncidentKind
+from fabricd.signal_table import BY_NAME
 
-PAIR_SIGNALS = frozenset({"probe_loss_ratio", "rtt_p99_outlier"})
+PAIR_SIGNALS = frozenset({"probe_loss_ratio", "rtt_p99_outlier", "rtt_queue_outlier"})
+# What an ambiguous incident's summary asks for (docs/detection.md, "Partial knowledge")
+NARROW_DOWN = "trace paths or run a pinned probe to narrow it down"
 
 
 @dataclass(slots=True)
@@ -30,6 +34,13 @@ class EvalContext:
     network_nodes: set[str] = field(default_factory=set)
     params: dict[str, float] = field(default_factory=dict)  # ``params:`` of the rule files
     rx_utilization: dict[str, float] = field(default_factory=dict)  # HCA port -> last rx / link rate
+    # findings whose condition holds but whose ``for`` has not passed: they vote in localization
+    # (nodes scrape at their own phase, so at any moment some have seen a new fault once, some
+    # twice), but a cluster needs one firing finding to become a proposal
+    pending: list[Finding] = field(default_factory=list)
+    interval: float = 10.0  # the fleet's scrape interval (learned by the engine)
+    run_hosts: dict[str, list[tuple[float, set[str]]]] = field(default_factory=dict)  # node -> NCCL runs' hosts
+    run_scores: dict[str, dict[float, float]] = field(default_factory=dict)  # node -> run ts -> fleet score
 
     def param(self, name: str, default: float) -> float:
         return self.params.get(name, default)
@@ -41,6 +52,10 @@ class EvalContext:
             for f in self.findings
             if id(f) not in self.claimed and f.rule.kind in ks and (sig is None or f.signal in sig)
         ]
+
+    def pending_of(self, kinds: Iterable[IncidentKind]) -> list[Finding]:
+        ks = set(kinds)
+        return [f for f in self.pending if f.rule.kind in ks]
 
     def signal(self, *signals: str) -> list[Finding]:
         wanted = set(signals)
@@ -72,7 +87,8 @@ class EvalContext:
         and per-node findings (NCCL) of those ports' nodes."""
         if not ports:
             return []
-        nodes = {p.split("/", 1)[0] for p in ports}
+        hosts = {self.localizer.node_of(p) for p in ports}
+        nodes = {h for h in hosts if h}
         found = []
         for f in self.signal(*signals):
             if f.signal in PAIR_SIGNALS:
@@ -96,7 +112,14 @@ def evidence(f: Finding) -> Evidence:
         ts=f.last_ts,
         labels=f.labels,
         note=f"rule {f.rule.name} ({f.rule.signal} {f.rule.condition}, for {f.rule.for_seconds:g}s)",
+        op=f.rule.condition.op,
+        unit=_unit(f.signal),
     )
+
+
+def _unit(signal: str) -> str:
+    found = BY_NAME.get(signal)
+    return found.unit if found is not None else ""
 
 
 def affected_of(findings: Iterable[Finding]) -> list[str]:
@@ -123,9 +146,14 @@ def proposal(
     started = min(f.started_ts for f in findings)
     pairs = sum(1 for f in findings if f.signal in PAIR_SIGNALS)
     nodes = len({f.node for f in findings})
-    scope = f"{pairs} node pairs affected" if pairs else f"{nodes} node{'s' if nodes != 1 else ''} affected"
-    value = f"{top.value:.1%}" if top.rule.condition.threshold < 1 and top.value <= 1 else f"{top.value:.3g}"
-    summary = f"{element} {what} since {hhmm(started)} UTC, {scope}, {top.signal} at {value} on {top.node}"
+    scope = f"{units.count(pairs, 'node pair') if pairs else units.count(nodes, 'node')} affected"
+    ratio = top.rule.condition.threshold < 1 and top.value <= 1
+    value = f"{top.value:.1%}" if ratio else units.quantity(top.value, _unit(top.signal))
+    ambiguous = cluster is not None and cluster.ambiguous
+    subject = cluster.subject if cluster is not None and ambiguous else element
+    summary = f"{subject} {what} since {hhmm(started)} UTC, {scope}, {top.signal} at {value} on {top.node}"
+    if ambiguous:
+        summary += f"; {NARROW_DOWN}"
     evs = sorted((evidence(f) for f in findings), key=lambda e: -e.value / (e.threshold or 1.0))
     candidates = cluster.candidates if cluster is not None else []
     return Proposal(
@@ -137,127 +165,10 @@ def proposal(
         max_severity([f.severity for f in findings]),
         started,
         summary,
+        # an ambiguous incident may be narrowed onto one of its candidates later (incidents.py)
+        narrows_to=tuple(c.element for c in candidates) if ambiguous else (),
+        ambiguous=ambiguous,
     )
-
-
-NETWORK_TYPES = frozenset({"fabric_link", "switch"})
-
-
-@dataclass(slots=True)
-class Evidence3:
-    """Findings of one kind, by how much they say about where the fault is."""
-
-    pairs: list[Finding]  # pair symptoms (probe loss, RTT): localize through paths
-    strong: list[Finding]  # port counters that point at the port's own link
-    weak: list[Finding]  # port counters of flows that merely crossed the fault somewhere
-
-
-@dataclass(frozen=True, slots=True)
-class PairGuard:
-    """What a cluster backed by pairs alone must show to be blamed: enough pairs, an element of an
-    allowed type, and consistency (most probed paths through the element bad: one slow pair, or a
-    few slow pairs whose paths share an element that healthy pairs also cross, say nothing)."""
-
-    min_pairs: int
-    min_consistency: float
-    types: frozenset[str]
-
-    def passes(self, c: Cluster) -> bool:
-        from fabricd.detect.localize import element_type
-
-        return (
-            c.pair_count >= self.min_pairs
-            and c.consistency >= self.min_consistency
-            and element_type(c.element) in self.types
-        )
-
-
-def cluster_network(
-    ctx: EvalContext,
-    kind: IncidentKind,
-    ev: Evidence3,
-    what: str,
-    *,
-    absorb_strong: bool,
-    weak_weight: float = 0.25,
-    guard: PairGuard | None = None,
-    absorb_into: Collection[str] = (),
-) -> list[Proposal]:
-    """Vote over pair and port symptoms, then tidy the clusters into one proposal per root cause.
-
-    A fabric-level cluster (a fabric link or a switch) is explained by pairs; port-only clusters next
-    to it are the receivers and senders of flows that crossed it and are folded into it (for
-    congestion) unless their own counters point at their own link (``absorb_strong=False``: symbol
-    errors are local). A cluster backed only by weak port symptoms is folded into the biggest
-    cluster, or dropped when there is none: weak symptoms alone do not say where the fault is.
-
-    ``guard``: a cluster of pairs only (no port counter of its own) is kept only when it passes;
-    otherwise its findings stay unclaimed for the next detector. ``absorb_into``: elements of open
-    incidents of this kind; a pairs-only cluster whose every pair crosses one of them is those
-    incidents' lingering symptoms (a window still draining, a fault just cleared by healthy pairs),
-    so it is claimed without a second incident.
-    """
-    loc = ctx.localizer
-    bad_pairs = {(f.node, f.device) for f in ev.pairs}
-    symptoms = ctx.pair_symptoms(ev.pairs)
-    symptoms += [loc.port_symptom(f, ctx.hca(f)) for f in ev.strong]
-    symptoms += [loc.port_symptom(f, ctx.hca(f), weak_weight) for f in ev.weak]
-    if not symptoms:
-        return []
-    clusters = loc.explain(symptoms, ctx.healthy_symptoms(bad_pairs))
-    strong_ids = set(id(f) for f in ev.strong)
-    kept, folded = _tidy(clusters, absorb_strong, strong_ids)
-    out = []
-    for cluster in kept:
-        if _lingering(ctx, cluster, absorb_into):
-            ctx.claim(s.ref for s in cluster.symptoms)
-            continue
-        if (
-            guard is not None
-            and not any(id(s.ref) in strong_ids for s in cluster.symptoms)
-            and not guard.passes(cluster)
-        ):
-            continue
-        findings = [s.ref for s in cluster.symptoms] + [s.ref for c in folded.get(id(cluster), []) for s in c.symptoms]
-        ctx.claim(findings)
-        p = proposal(kind, cluster.element, cluster, findings, what)
-        out.append(p)
-        ctx.blamed.setdefault(cluster.element, p.key)
-    return out
-
-
-def _lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
-    """Pairs only, all crossing an element that already has an open incident (not this one)."""
-    if not open_elements or cluster.element in open_elements or any(not s.pair for s in cluster.symptoms):
-        return False
-    return all(ctx.localizer.crosses(s.ref.node, s.ref.device, open_elements) for s in cluster.symptoms)
-
-
-def _tidy(
-    clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int]
-) -> tuple[list[Cluster], dict[int, list[Cluster]]]:
-    from fabricd.detect.localize import element_type
-
-    def has_pairs(c: Cluster) -> bool:
-        return any(s.pair for s in c.symptoms)
-
-    def has_strong(c: Cluster) -> bool:
-        return any(id(s.ref) in strong_ids for s in c.symptoms)
-
-    fabric = [c for c in clusters if element_type(c.element) in NETWORK_TYPES and has_pairs(c)]
-    kept: list[Cluster] = []
-    folded: dict[int, list[Cluster]] = {}
-    for c in clusters:
-        local = element_type(c.element) not in NETWORK_TYPES
-        if local and not has_pairs(c) and fabric and (absorb_strong or not has_strong(c)):
-            folded.setdefault(id(fabric[0]), []).append(c)
-        elif not has_pairs(c) and not has_strong(c):
-            target = fabric[0] if fabric else (kept[0] if kept else None)
-            if target is not None:
-                folded.setdefault(id(target), []).append(c)
-        else:
-            kept.append(c)
-    return kept, folded
 
 
 def spread(ctx: EvalContext, findings: Sequence[Finding]) -> bool:
@@ -283,8 +194,11 @@ def by_leaf(ctx: EvalContext, kind: IncidentKind, found: list[Finding], what: st
     ctx.claim(found)
     p = proposal(kind, leaf, None, found, what)
     uplinks = ctx.localizer.uplinks(leaf)
-    p.candidates = [Candidate(leaf, round(share, 4))]
-    p.candidates += [Candidate(u, round(share / len(uplinks), 4)) for u in uplinks]
-    p.candidates += [Candidate(k, round(v / total, 4)) for k, v in ranked[1:3]]
+    p.candidates = [Candidate(leaf, round(share, 4), round(share, 4))]
+    p.candidates += [Candidate(u, round(share / len(uplinks), 4), round(share / len(uplinks), 4)) for u in uplinks]
+    p.candidates += [Candidate(k, round(v / total, 4), round(v / total, 4)) for k, v in ranked[1:3]]
+    p.candidates.sort(key=lambda c: (-c.score, c.element))  # best first, as the API promises
+    p.narrows_to = tuple(uplinks)
+    p.ambiguous = bool(uplinks)  # the leaf or one of its uplinks: no pair says which
     ctx.blamed.setdefault(leaf, p.key)
     return [p]

@@ -27,8 +27,10 @@ uplink needs paths: docs/detection.md, blind spots).
 
 from __future__ import annotations
 
-from fabricd.detect.base import EvalContext, Evidence3, PairGuard, by_leaf, cluster_network, spread
+from fabricd.detect import hol
+from fabricd.detect.base import PAIR_SIGNALS, EvalContext, by_leaf, spread
 from fabricd.detect.incidents import Proposal
+from fabricd.detect.network import Evidence3, PairGuard, cluster_network
 from fabricd.model import IncidentKind
 
 STRONG = frozenset(
@@ -40,20 +42,38 @@ WEAK = frozenset({"cnp_handled_packets_per_second", "xmit_wait_ratio"})
 # RTT alone blames a queue only inside the fabric: slow pairs that all share one end host may be the
 # host answering slowly as well as its link queueing, so without marks they are tail latency.
 QUEUE_ELEMENTS = frozenset({"fabric_link", "switch"})
+# Where a congested queue can be: a switch port (fabric link, switch, the leaf side of a host link)
+# or the HCA's own send queue; a node as a whole is no queue.
+QUEUE_PLACES = frozenset({"fabric_link", "switch", "host_link", "hca"})
 
 
 def propose(ctx: EvalContext) -> list[Proposal]:
-    found = ctx.of([IncidentKind.CONGESTION])
-    pairs = ctx.signal("rtt_p99_outlier")
+    found = [f for f in ctx.of([IncidentKind.CONGESTION]) if f.signal not in PAIR_SIGNALS]
+    pairs = ctx.signal("rtt_queue_outlier")
     if not found and not pairs:
         return []
+    waiting = ctx.pending_of([IncidentKind.CONGESTION])
+    found += [f for f in waiting if f.signal not in PAIR_SIGNALS]
+    pairs += [f for f in waiting if f.signal == "rtt_queue_outlier"]
     ev = Evidence3(pairs, [f for f in found if f.signal in STRONG], [f for f in found if f.signal in WEAK])
     if not pairs and spread(ctx, ev.strong):
+        # Marks with no pair to say which link: the leaf holding the largest share. Only once the
+        # marks have lasted an interval past firing: by then every node scraped twice since they
+        # began, so the probes crossing the queue had the same chance to show it as the marks.
+        began = min(f.started_ts for f in ev.strong)
+        if ctx.now - began < _pair_wait(ctx):
+            return []
         return by_leaf(ctx, IncidentKind.CONGESTION, found, "(or one of its uplinks) is congested")
+    # A leaf whose ports are slow whichever peer they probe is the head-of-line signature (pauses
+    # or credits backing up into it), not a queue of its own: left to the HOL detector.
+    stalled = hol.stalled_leaf(ctx) if pairs else None
     guard = PairGuard(
-        int(ctx.param("congestion_rtt_min_pairs", 3)), ctx.param("congestion_rtt_consistency", 0.75), QUEUE_ELEMENTS
+        int(ctx.param("congestion_rtt_min_pairs", 3)),
+        ctx.param("congestion_rtt_consistency", 0.75),
+        QUEUE_ELEMENTS,
+        frozenset({stalled}) if stalled else frozenset(),
     )
-    return cluster_network(
+    out = cluster_network(
         ctx,
         IncidentKind.CONGESTION,
         ev,
@@ -61,4 +81,25 @@ def propose(ctx: EvalContext) -> list[Proposal]:
         absorb_strong=True,
         guard=guard,
         absorb_into=ctx.open_elements.get(IncidentKind.CONGESTION, set()),
+        sticky=True,
+        pending=waiting,
+        places=QUEUE_PLACES,
+        local_hold_seconds=_pair_wait(ctx),
     )
+    # A queue delays the slowest probes too: the p99 outliers of pairs through it are its evidence,
+    # not a tail-latency incident of their own.
+    elements = [p.element for p in out] + sorted(ctx.open_elements.get(IncidentKind.CONGESTION, ()))
+    ctx.claim(f for f in ctx.signal("rtt_p99_outlier") if ctx.localizer.crosses(f.node, f.device, elements))
+    return out
+
+
+def _pair_wait(ctx: EvalContext) -> float:
+    """How long marks wait for the pairs before a leaf, or a receiver's own link, is blamed. With
+    pingmesh running, the pairs through the queue need two consecutive outlier scrapes, the first at
+    most an interval after the onset, then settlement: three intervals. Without probes, two (every
+    node scraped twice). A receiver's marks can start within a second of the onset while the first
+    slow probe through the fabric queue shows up to two intervals later (its min RTT needs a whole
+    interval inside the fault), so two intervals of hold left no margin live: a loaded CI host opened
+    the receiver's link beside the fabric link. A real incast is not held: probes into the receiver
+    queue behind it too, and three slow pairs exempt a host link (``network.LOCAL_PAIRS``)."""
+    return (3 if ctx.healthy_pairs else 2) * ctx.interval

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from fabricd.detect import congestion, hol, latency, loss
-from fabricd.detect.base import EvalContext
+from fabricd.detect.base import PAIR_SIGNALS, EvalContext
+from fabricd.detect.delays import Delays
 from fabricd.detect.findings import Tracker
 from fabricd.detect.incidents import IncidentBook, Proposal
 from fabricd.detect.latency import BaselineParams, Baselines
@@ -27,6 +28,11 @@ from fabricd.detect.rules import Rule, RuleSet, load_rules
 from fabricd.detect.signals import IB, SIGNALS, WANTED, Extractor, Record
 from fabricd.model import Incident, IncidentKind, Kind, Labels, Sample
 
+# More than this share of all probed pairs bad at once is a probing failure, not a fabric fault: a
+# spine down in a 2-spine fabric takes half of the inter-leaf pairs, fewer than half of all pairs.
+PROBE_STORM_SHARE = 0.6
+RUNS_KEPT = 8  # NCCL runs remembered per node (their hosts)
+DEFAULT_INTERVAL_SECONDS = 10.0  # the agent's default scrape interval, until one is learned
 # Detectors in precedence order: a root cause found first claims the symptoms it explains.
 DETECTORS = (hol.propose, loss.propose, congestion.propose, latency.propose)
 
@@ -40,7 +46,11 @@ class DetectionEngine:
         self.tracker = Tracker(self.rules.lifecycle.stale_seconds)
         self.book = IncidentBook(self.rules.lifecycle)
         self.extractor = Extractor(self._emit)
-        self.rtt = Baselines(_baseline(self.rules, "rtt"), round_tolerance)
+        self.delays = Delays(
+            Baselines(_baseline(self.rules, "rtt_queue"), round_tolerance),
+            Baselines(_baseline(self.rules, "rtt"), round_tolerance),
+        )
+        self._rtt_rows: dict[tuple[str, str, Labels, float], list[float | None]] = {}
         self.nccl = Baselines(_baseline(self.rules, "nccl"), round_tolerance)
         self.localizer = Localizer()
         self._by_signal: dict[str, list[Rule]] = {}
@@ -49,6 +59,9 @@ class DetectionEngine:
         self._records: dict[tuple[str, str, str], Record] = {}
         self._dirty: list[Record] = []
         self._round_ts = float("-inf")
+        self.interval: float | None = None  # learned scrape interval (``_learn_interval``)
+        self.run_hosts: dict[str, list[tuple[float, set[str]]]] = {}  # node -> its last NCCL runs' hosts
+        self.run_scores: dict[str, dict[float, float]] = {}  # node -> run ts -> its fleet score
         self._last_eval = float("-inf")
         self._pairs: dict[tuple[str, str], float] = {}  # probe pair -> last observed
         self._ifaces: dict[str, set[str]] = {}  # node -> ethtool/netlink interface names
@@ -73,7 +86,23 @@ class DetectionEngine:
     # --- the one entry point ---------------------------------------------------------------------
 
     def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
+        """Samples in event-time order, evaluated at each new scrape round (aligned rounds, tests)."""
         changed: dict[str, Incident] = {}
+        self._absorb(samples, changed, rounds=True)
+        if self._dirty or self._round_ts > self._last_eval:
+            self._evaluate(self._round_ts, changed)
+        return list(changed.values())
+
+    def process_moment(self, samples: Sequence[tuple[str, Sample]], now: float) -> list[Incident]:
+        """One settled moment (``fabricd.detect.settle``): every sample up to event time ``now``,
+        evaluated once at ``now``. Late samples (older than earlier moments) are folded in."""
+        changed: dict[str, Incident] = {}
+        self._absorb(samples, changed, rounds=False)
+        self._round_ts = max(self._round_ts, now)
+        self._evaluate(self._round_ts, changed)
+        return list(changed.values())
+
+    def _absorb(self, samples: Sequence[tuple[str, Sample]], changed: dict[str, Incident], rounds: bool) -> None:
         records, tol = self._records, self.tol
         for node, s in samples:
             r = s.reading
@@ -83,9 +112,11 @@ class DetectionEngine:
                 continue
             metric = r.name or r.counter  # the neutral name, whatever the source or driver
             if metric not in wanted or r.kind is Kind.INFO or r.kind is Kind.EVENT:
+                if metric == "run_host_info":
+                    self._run_host(node, s.ts, r.labels)
                 continue
             ts = s.ts
-            if ts > self._round_ts + tol:
+            if rounds and ts > self._round_ts + tol:
                 if self._dirty:
                     self._evaluate(self._round_ts, changed)
                 self._round_ts = ts
@@ -94,6 +125,10 @@ class DetectionEngine:
             if rec is None:
                 rec = records[key] = Record(node, src, r.device, ts)
                 self._learn_device(node, src, r.device)
+            elif ts > rec.ts + tol and src == IB:
+                self._learn_interval(ts - rec.ts)
+            if rec.dirty and ts > rec.ts + tol:
+                self.extractor.flush(rec)  # a second scrape of it in one moment (a spool replayed)
             if not rec.dirty:
                 rec.ts, rec.dirty = ts, True
                 self._dirty.append(rec)
@@ -105,9 +140,26 @@ class DetectionEngine:
                 scope.pop(metric, None)  # no honest rate this scrape: no input (a repeat's last wins)
             else:
                 scope[metric] = value
-        if self._dirty or self._round_ts > self._last_eval:
-            self._evaluate(self._round_ts, changed)
-        return list(changed.values())
+
+    def _run_host(self, node: str, ts: float, labels: Labels) -> None:
+        """Who ran the node's NCCL-tests run at ``ts`` (straggler or victim: ``latency._stragglers``)."""
+        host = dict(labels).get("host")
+        if host is None:
+            return
+        runs = self.run_hosts.setdefault(node, [])
+        if runs and runs[-1][0] == ts:
+            runs[-1][1].add(host)
+        else:
+            runs.append((ts, {host}))
+            del runs[:-RUNS_KEPT]
+
+    def _learn_interval(self, gap: float) -> None:
+        """The fleet's scrape interval, from the gaps between a port's scrapes (smoothed); detectors
+        wait this long for the nodes that have not scraped since a symptom began."""
+        if self.interval is None:
+            self.interval = gap
+        elif gap < 3 * self.interval:  # not the silence of a node that just came back
+            self.interval = 0.95 * self.interval + 0.05 * gap
 
     def incidents(self) -> list[Incident]:
         """Incidents not yet resolved."""
@@ -116,25 +168,24 @@ class DetectionEngine:
     # --- signals -> rules ------------------------------------------------------------------------
 
     def _emit(self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float) -> None:
-        if signal == "rtt_p99":
+        if signal in ("rtt_min", "rtt_p99"):
             self._pairs[(node, device)] = ts
-            own, _ = self.rtt.score(("rtt",), (node, device), ts, value)
-            self._observe(
-                "rtt_p99_outlier", node, device, port, labels, ts, own if self._ready_rtt(node, device) else 0.0
-            )
+            row = self._rtt_rows.setdefault((node, device, labels, ts), [None, None])
+            row[0 if signal == "rtt_min" else 1] = value
             return
         if signal == "nccl_time":
             _, fleet = self.nccl.score(
                 (device, *(v for _, v in labels)), (node, device, *(v for _, v in labels)), ts, value
             )
             self._observe("nccl_time_outlier", node, device, port, labels, ts, fleet)
+            scores = self.run_scores.setdefault(node, {})
+            scores[ts] = max(scores.get(ts, fleet), fleet)  # the run's slowest size
+            if len(scores) > RUNS_KEPT:
+                del scores[min(scores)]
             return
         if signal == "probe_loss_ratio":
             self._pairs[(node, device)] = ts
         self._observe(signal, node, device, port, labels, ts, value)
-
-    def _ready_rtt(self, node: str, peer: str) -> bool:
-        return self.rtt.series_median((node, peer)) is not None
 
     def _observe(self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float) -> None:
         for rule in self._by_signal.get(signal, ()):
@@ -144,8 +195,14 @@ class DetectionEngine:
 
     def _flush(self) -> None:
         for rec in self._dirty:
-            self.extractor.flush(rec)
+            if rec.dirty:
+                self.extractor.flush(rec)
         self._dirty.clear()
+        if self._rtt_rows:
+            for (node, peer, labels, ts), (low, p99) in self._rtt_rows.items():
+                self.delays.add(node, peer, labels, ts, low, p99)
+            self._rtt_rows.clear()
+            self.delays.flush(self._observe)
 
     def _evaluate(self, now: float, changed: dict[str, Incident]) -> None:
         self._flush()
@@ -159,19 +216,31 @@ class DetectionEngine:
         self._last_eval = now
 
     def _propose(self, now: float, firing: list[Any]) -> list[Proposal]:
+        healthy = self._healthy(now)
+        pending = self.tracker.pending_findings(now)
+        if probing_failed(firing, pending, healthy, self.rules.param("probe_storm_share", PROBE_STORM_SHARE)):
+            # Most probed pairs went bad at once: no fabric element is crossed by all of them (pairs
+            # within a leaf share none with pairs across it), so it is the probing itself (hosts
+            # stalled, responders gone), not the fabric. Pair findings say nothing until it passes.
+            firing = [f for f in firing if f.signal not in PAIR_SIGNALS]
+            pending = [f for f in pending if f.signal not in PAIR_SIGNALS]
         ctx = EvalContext(
             now,
             firing,
             self.localizer,
             self._hca_map(),
-            self._healthy(now),
+            healthy,
             params=self.rules.params,
             rx_utilization=self._rx_utilization(),
+            pending=pending,
+            interval=self.interval or DEFAULT_INTERVAL_SECONDS,
+            run_hosts=self.run_hosts,
+            run_scores=self.run_scores,
         )
         for inc in self.book.open():
             ctx.open_elements.setdefault(inc.kind, set()).add(inc.element)
             if inc.kind not in (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY):
-                ctx.network_nodes.update(_nodes_of(inc))
+                ctx.network_nodes.update(_nodes_of(inc, self.localizer))
         out: list[Proposal] = []
         for detect in DETECTORS:
             out.extend(detect(ctx))
@@ -203,11 +272,20 @@ class DetectionEngine:
         kernel names a multi-port NIC's netdevs in PCI order, as it numbers mlx5_N)."""
         if not self._hca_of:
             for node, ifaces in self._ifaces.items():
-                hcas = [h.split("/", 1)[1] for h in self.localizer.hcas(node)] or sorted(self._ib_devices.get(node, ()))
+                known = (self.localizer.element(h) for h in self.localizer.hcas(node))
+                hcas = [e.device for e in known if e is not None] or sorted(self._ib_devices.get(node, ()))
                 for i, name in enumerate(sorted((i for i in ifaces if i not in hcas), key=_natural)):
                     if i < len(hcas):
-                        self._hca_of[(node, name)] = f"{node}/{hcas[i]}"
+                        self._hca_of[(node, name)] = self.localizer.hca(node, hcas[i])
         return self._hca_of
+
+
+def probing_failed(firing: list[Any], pending: list[Any], pairs: list[tuple[str, str]], share: float) -> bool:
+    """Whether more than ``share`` of the recently probed pairs (at least 4) have a pair finding."""
+    if len(pairs) < 4:
+        return False
+    bad = {(f.node, f.device) for f in (*firing, *pending) if f.signal in PAIR_SIGNALS}
+    return len(bad & set(pairs)) > share * len(pairs)
 
 
 def _baseline(rules: RuleSet, prefix: str) -> BaselineParams:
@@ -220,6 +298,7 @@ def _baseline(rules: RuleSet, prefix: str) -> BaselineParams:
         rel_floor=p(f"{prefix}_rel_floor", d.rel_floor),
         abs_floor=p(f"{prefix}_abs_floor", d.abs_floor),
         exclude_above=p(f"{prefix}_exclude_above", d.exclude_above),
+        fleet_gate=not prefix.startswith("rtt"),  # pairs differ by path: never judged by the fleet
     )
 
 
@@ -230,8 +309,10 @@ def _natural(name: str) -> tuple[str, int]:
     return (stem, int(digits) if digits else -1)
 
 
-def _nodes_of(inc: Incident) -> set[str]:
-    out = {inc.element.split("/", 1)[0]} if inc.element.startswith("node") else set()
+def _nodes_of(inc: Incident, localizer: Localizer) -> set[str]:
+    """The incident's host (its element's, as the topology has it) and the nodes it affects."""
+    node = localizer.node_of(inc.element)
+    out = {node} if node else set()
     for a in inc.affected:
         out.update(a.split("|"))
     return out

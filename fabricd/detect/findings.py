@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from fabricd.detect.rules import Rule
 from fabricd.model import Labels, Severity
 
+FOR_TOLERANCE_SECONDS = 0.5  # the engine's scrape-round tolerance: scrape times jitter less than this
 # (rule name, node, device, port, labels)
 FindingKey = tuple[str, str, str, str, Labels]
 
@@ -69,6 +70,8 @@ class Tracker:
         """Feed one observation; returns the finding when it is firing after this observation."""
         key = (rule.name, node, device, port, labels)
         f = self._state.get(key)
+        if f is not None and ts <= f.last_ts:
+            return f if f.firing else None  # a late observation does not rewrite the series' history
         if f is not None and ts - f.last_ts > self.stale:
             self._drop(key)
             f = None
@@ -94,7 +97,10 @@ class Tracker:
         return self._maybe_fire(f, key)
 
     def _maybe_fire(self, f: Finding, key: FindingKey) -> Finding | None:
-        if not f.firing and f.last_ts - f.pending_since >= f.rule.for_seconds:
+        # ``for`` spans two observations at least; scrape times jitter by less than FOR_TOLERANCE,
+        # so "for: 5s" on a 5 s interval means two consecutive scrapes, not three
+        span = f.last_ts - f.pending_since
+        if not f.firing and (span >= f.rule.for_seconds - FOR_TOLERANCE_SECONDS if f.rule.for_seconds else True):
             f.firing = True
             self._firing[key] = f
             self.changed = True
@@ -119,6 +125,12 @@ class Tracker:
 
     def pending(self) -> int:
         return len(self._state)
+
+    def pending_findings(self, now: float) -> list[Finding]:
+        """Findings whose condition holds but whose ``for`` has not passed yet, observed recently.
+        They cannot raise an incident, but they vote where one is: a node that scraped once since
+        a fault began has the same symptom as one that scraped twice (fabricd.detect.base)."""
+        return [f for f in self._state.values() if not f.firing and now - f.last_ts <= self.stale]
 
 
 def _windowed(window: deque[tuple[float, float]], ts: float, value: float, span: float) -> float:

@@ -45,7 +45,11 @@ ROOT_SIGNALS = (
     "xmit_wait_ratio",
     "qdisc_backlog_bytes",
 )
-VICTIM_SIGNALS = ("rtt_p99_outlier", "nccl_time_outlier")  # what a paused host's pairs and jobs show
+VICTIM_SIGNALS = (
+    "rtt_queue_outlier",
+    "rtt_p99_outlier",
+    "nccl_time_outlier",
+)  # what a paused host's pairs and jobs show
 THROTTLED = ("cnp_handled_packets_per_second", "xmit_wait_ratio")  # senders slowed by someone else's queue
 
 
@@ -67,10 +71,10 @@ def _storms(ctx: EvalContext) -> list[Proposal]:
         leaf = ctx.localizer.leaf(hca)
         stalled = {p for p in _stalled_ports(ctx) if leaf is None or ctx.localizer.leaf(p) == leaf}
         _claim_victims(ctx, {hca} | {ctx.hca(f) for f in victims} | stalled, found)
-        cands = [Candidate(hca, 1.0), Candidate(ctx.localizer.host_link(hca), 0.5)]
+        cands = [Candidate(hca, 1.0, 1.0), Candidate(ctx.localizer.host_link(hca), 0.5, 0.5)]
         p = proposal(IncidentKind.PFC_STORM, hca, None, found + victims, "is in a PFC pause storm")
         p.candidates = cands
-        p.affected = sorted({f.node for f in victims} | {hca.split("/", 1)[0]})
+        p.affected = sorted({f.node for f in victims} | {f.node for f in found})
         out.append(p)
         ctx.blamed[hca] = p.key
     return out
@@ -94,8 +98,25 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
         root, score = _quiet_root(ctx, leaf, stalled) if leaf is not None else (None, 0.0)
     if root is None:
         return []  # pauses with no congested port to blame: left to the congestion detector
-    root_findings = [
+    firing_root = [
         f for f in ctx.findings if id(f) not in ctx.claimed and ctx.hca(f) == root and f.signal in ROOT_SIGNALS
+    ]
+    if victims and not firing_root:
+        # Pauses are spreading, their root has been seen once (its first scrape after the onset
+        # holds part of an interval): whether it is a storm (tx pause > 80 %) or a congested
+        # receiver, its next scrape says. Its victims wait with it rather than become congestion.
+        ctx.claim(victims)
+        _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | set(stalled), victims)
+        return []
+    if root in ctx.open_elements.get(IncidentKind.PFC_STORM, set()):
+        # A storm winding down (the watchdog quiet, pauses still draining) is still that storm.
+        ctx.claim(victims)
+        ctx.claim(f for f in ctx.findings if ctx.hca(f) == root)
+        return []
+    root_findings = [
+        f
+        for f in [*ctx.findings, *ctx.pending]
+        if id(f) not in ctx.claimed and ctx.hca(f) == root and f.signal in ROOT_SIGNALS
     ]
     real_victims = [f for f in victims if ctx.hca(f) != root]
     stalled_ports = {p for p in stalled if p != root}
@@ -107,10 +128,12 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
     p = proposal(
         IncidentKind.HOL_BLOCKING, root, None, evidence, "is blocking its fabric (head-of-line: PFC pauses spreading)"
     )
-    p.candidates = [Candidate(root, round(score, 4)), Candidate(ctx.localizer.host_link(root), round(score / 2, 4))]
+    p.candidates = [Candidate(root, round(score, 4), round(score, 4))]
+    p.candidates.append(Candidate(ctx.localizer.host_link(root), round(score / 2, 4), round(score / 2, 4)))
     if leaf:
-        p.candidates.append(Candidate(leaf, round(score / 4, 4)))
-    p.affected = sorted({f.node for f in real_victims} | {x.split("/", 1)[0] for x in stalled_ports})
+        p.candidates.append(Candidate(leaf, round(score / 4, 4), round(score / 4, 4)))
+    hosts = {ctx.localizer.node_of(x) for x in stalled_ports}
+    p.affected = sorted({f.node for f in real_victims} | {h for h in hosts if h})
     ctx.blamed[root] = p.key
     return [p]
 
@@ -131,7 +154,8 @@ def _claim_victims(ctx: EvalContext, ports: set[str], found: Sequence[Finding]) 
 
 def _stalled_ports(ctx: EvalContext) -> dict[str, float]:
     """HCA ports whose probe pairs are slow whichever peer they probe: port -> share of slow pairs."""
-    bad_pairs = {(f.node, f.device) for f in ctx.signal("rtt_p99_outlier")}
+    slow = [*ctx.signal("rtt_queue_outlier"), *(f for f in ctx.pending if f.signal == "rtt_queue_outlier")]
+    bad_pairs = {(f.node, f.device) for f in slow}
     if not bad_pairs:
         return {}
     bad, total = _port_votes(ctx, bad_pairs)
@@ -140,6 +164,7 @@ def _stalled_ports(ctx: EvalContext) -> dict[str, float]:
 
 
 def _port_votes(ctx: EvalContext, bad_pairs: set[tuple[str, str]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Per HCA port, the probed pairs through it (slow ones, all ones)."""
     bad: dict[str, float] = defaultdict(float)
     total: dict[str, float] = defaultdict(float)
     for pair in ctx.healthy_pairs:
@@ -148,6 +173,11 @@ def _port_votes(ctx: EvalContext, bad_pairs: set[tuple[str, str]]) -> tuple[dict
             if pair in bad_pairs:
                 bad[port] += share
     return bad, total
+
+
+def stalled_leaf(ctx: EvalContext) -> str | None:
+    """The leaf whose probed ports are mostly stalled (HOL's signature without pause counters)."""
+    return _stalled_leaf(ctx, _stalled_ports(ctx))
 
 
 def _stalled_leaf(ctx: EvalContext, stalled: dict[str, float]) -> str | None:
@@ -199,7 +229,8 @@ def _dominant_leaf(ctx: EvalContext, victims: Sequence[Finding]) -> str | None:
 def _root(ctx: EvalContext, leaf: str | None, victims: set[str]) -> tuple[str | None, float]:
     """The congested port on the victims' leaf: most ECN / tx pause, not itself merely paused."""
     best, score = None, 0.0
-    for f in ctx.findings:
+    # pending ones too: the root scrapes at its own phase, its marks may be one observation old
+    for f in [*ctx.findings, *ctx.pending]:
         if id(f) in ctx.claimed or f.signal not in ROOT_SIGNALS:
             continue
         hca = ctx.hca(f)

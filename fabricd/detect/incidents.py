@@ -6,18 +6,27 @@ into the incident with that key, whatever the number of symptoms behind them.
 * **open**: a proposal whose key has no incident (or only one resolved longer ago than the reopen
   window, which starts a new occurrence);
 * **update**: new evidence (a signal or place not seen before), more affected nodes or pairs, or a
-  severity change; a proposal that only repeats what is known changes nothing visible;
+  severity change; a proposal that only repeats what is known is not a change (``apply`` does not
+  return it) but moves ``updated_ts``, the last time the fault was confirmed, which the server's
+  detection loop writes back now and then (``fabricd.server.detection``);
 * **resolve**: no proposal for ``quiet`` seconds of event time;
 * **reopen**: a proposal within ``reopen_window`` of the resolution reopens the same incident;
 * **flap damping**: an incident reopened ``flap_count`` times within ``flap_window`` is flapping: it
   is held open for ``flap_hold`` after its last proposal instead of resolving and reopening again,
-  so an engineer sees one flapping incident, not a stream of open/resolve notifications.
+  so an engineer sees one flapping incident, not a stream of open/resolve notifications;
+* **narrow**: an incident placed on a coarse element because the evidence could not tell its parts
+  apart (a leaf "or one of its uplinks": ``Proposal.narrows_to``) is moved, as the same incident,
+  onto one of those parts when a proposal of the same kind names it, and a later coarse proposal
+  while the narrowed incident is open confirms that incident instead of opening a second one. Live,
+  the marks of a congested uplink can reach the central a scrape before the slow pairs that say which
+  uplink (a loaded agent scrapes late): one fault, one incident, first coarse, then exact.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from fabricd.detect.rules import Lifecycle
 from fabricd.model import Candidate, Evidence, Incident, IncidentKind, IncidentState, Severity
@@ -39,6 +48,10 @@ class Proposal:
     severity: Severity
     started_ts: float
     summary: str
+    # The parts of ``element`` this root cause may be on, when the evidence cannot tell them apart
+    # (e.g. the uplinks of the blamed leaf): a later proposal on one of them narrows this incident.
+    narrows_to: tuple[str, ...] = ()
+    ambiguous: bool = False  # localization could not tell the candidates apart
 
     @property
     def key(self) -> str:
@@ -51,6 +64,11 @@ class _Entry:
     last_active: float
     reopens: deque[float] = field(default_factory=deque)
     flapping: bool = False
+    narrows_to: frozenset[str] = frozenset()
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 def max_severity(severities: list[Severity]) -> Severity:
@@ -80,7 +98,7 @@ class IncidentBook:
                 inc.state = IncidentState.RESOLVED
                 inc.resolved_ts = e.last_active
                 inc.updated_ts = now
-                inc.timeline.append((now, f"resolved: quiet since {e.last_active:.0f}"))
+                inc.timeline.append((now, f"resolved: quiet since {_utc(e.last_active)}"))
                 out.append(inc)
         return out
 
@@ -95,14 +113,61 @@ class IncidentBook:
     def _merge(self, p: Proposal, now: float) -> Incident | None:
         e = self._entries.get(p.key)
         if e is None or (e.incident.state is IncidentState.RESOLVED and self._expired(e, now)):
-            self._entries[p.key] = _Entry(self._new(p, now), now)
+            coarse = self._coarse_of(p, now)
+            if coarse is not None:
+                return self._narrow(coarse, p, now)
+            finer = self._finer_of(p)
+            if finer is not None:
+                finer.last_active = now  # the same fault, seen again without its pairs
+                finer.incident.updated_ts = now
+                return None
+            self._entries[p.key] = _Entry(self._new(p, now), now, narrows_to=frozenset(p.narrows_to))
             return self._entries[p.key].incident
         e.last_active = now
         if e.incident.state is IncidentState.RESOLVED:
             self._reopen(e, now)
             self._update(e.incident, p, now)
             return e.incident
-        return e.incident if self._update(e.incident, p, now) else None
+        if self._update(e.incident, p, now):
+            return e.incident
+        e.incident.updated_ts = now  # still there: "updated" follows the fault, silently
+        return None
+
+    def _coarse_of(self, p: Proposal, now: float) -> _Entry | None:
+        """The incident of ``p``'s kind that ``p`` narrows down, if any: open, or resolved within the
+        reopen window (the same fault, as a recurrence of an incident is)."""
+        for e in self._entries.values():
+            inc = e.incident
+            live = inc.state is not IncidentState.RESOLVED or not self._expired(e, now)
+            if inc.kind is p.kind and live and p.element in e.narrows_to:
+                return e
+        return None
+
+    def _finer_of(self, p: Proposal) -> _Entry | None:
+        """The open incident of ``p``'s kind on one of the parts coarse ``p`` may be on, if any."""
+        for e in self._entries.values():
+            inc = e.incident
+            if inc.kind is p.kind and inc.state is not IncidentState.RESOLVED and inc.element in p.narrows_to:
+                return e
+        return None
+
+    def _narrow(self, e: _Entry, p: Proposal, now: float) -> Incident:
+        """Move ``e``'s incident onto ``p.element``: same incident (the store follows
+        ``narrowed_from``), its first symptom kept, the new evidence and candidates taken."""
+        inc = e.incident
+        old_key, old_element = inc.key, inc.element
+        del self._entries[old_key]
+        inc.narrowed_from = [*inc.narrowed_from, old_key]
+        inc.key, inc.element = p.key, p.element
+        inc.started_ts = min(inc.started_ts, p.started_ts)
+        inc.timeline.append((now, f"narrowed from {old_element} to {p.element}: {p.summary}"))
+        e.narrows_to, e.last_active = frozenset(p.narrows_to), now
+        if inc.state is IncidentState.RESOLVED:
+            self._reopen(e, now)
+        self._update(inc, p, now)
+        inc.summary, inc.updated_ts = p.summary, now
+        self._entries[p.key] = e
+        return inc
 
     def _expired(self, e: _Entry, now: float) -> bool:
         resolved = e.incident.resolved_ts if e.incident.resolved_ts is not None else now
@@ -120,6 +185,7 @@ class IncidentBook:
             started_ts=p.started_ts,
             updated_ts=now,
             candidates=list(p.candidates),
+            ambiguous=p.ambiguous,
             affected=sorted(p.affected)[:MAX_AFFECTED],
             evidence=list(p.evidence[:MAX_EVIDENCE]),
             timeline=[(p.started_ts, "first symptom"), (now, f"opened: {p.summary}")],
@@ -155,6 +221,7 @@ class IncidentBook:
             inc.affected = sorted(set(inc.affected) | grown)[:MAX_AFFECTED]
             changed = True
         inc.candidates = list(p.candidates)
+        inc.ambiguous = p.ambiguous
         if changed:
             inc.summary = p.summary
             inc.updated_ts = now

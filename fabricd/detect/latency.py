@@ -23,12 +23,14 @@ the node as the element (``engine`` checks the "network counters clean" part).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from fabricd.detect.base import EvalContext, Evidence3, PairGuard, cluster_network, proposal
+from fabricd.detect.base import EvalContext, proposal
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
+from fabricd.detect.network import Evidence3, PairGuard, cluster_network
 from fabricd.model import Candidate, IncidentKind
 
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal data
@@ -38,6 +40,7 @@ NETWORK_HOLD_SECONDS = 0.0  # while a network fault is reported, a straggler mus
 # A node is slow in its collectives when its NCCL times are outliers against the fleet, or when its
 # runs reach a small fraction of what the performance model predicts (fabricd.perfmodel).
 SLOW_SIGNALS = ("nccl_time_outlier", "nccl_efficiency_sustained")
+SLOW_KINDS = (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,9 @@ class BaselineParams:
     rel_floor: float = 0.1  # scale >= 10 % of the median
     abs_floor: float = 0.0  # scale >= this, in the signal's unit
     exclude_above: float = 3.0  # values scoring above this do not enter the baseline
+    # whether a series without history of its own is judged by the fleet's (NCCL: a slow node is
+    # slow against its peers); pair RTTs differ by path by design, so a pair's own start is trusted
+    fleet_gate: bool = True
 
 
 @dataclass(slots=True)
@@ -78,14 +84,16 @@ class Baselines:
 
     def score(self, group: tuple[str, ...], key: tuple[str, ...], ts: float, value: float) -> tuple[float, float]:
         """(series score, fleet score) of ``value``; the series score is the fleet's until it has history."""
-        fleet = self._fleet(group, ts)
-        fleet.latest[key] = value
-        fleet_score = self._z(value, fleet.med, fleet.scale) if len(fleet.latest) >= 3 else 0.0
+        fleet_score = 0.0
+        if self.p.fleet_gate:  # otherwise the fleet's statistics are never used: not kept
+            fleet = self._fleet(group, ts)
+            fleet.latest[key] = value
+            fleet_score = self._z(value, fleet.med, fleet.scale) if len(fleet.latest) >= 3 else 0.0
         s = self._series.get(key)
         if s is None:
             s = self._series[key] = _Series(deque(maxlen=self.p.history))
         own = self._z(value, s.med, s.scale) if s.ready else fleet_score
-        if own <= self.p.exclude_above:
+        if (own if s.ready or self.p.fleet_gate else 0.0) <= self.p.exclude_above:
             self._accept(s, value)
         return own, fleet_score
 
@@ -165,25 +173,68 @@ def _stragglers(ctx: EvalContext) -> list[Proposal]:
         by_node.setdefault(f.node, []).append(f)
     if len(by_node) > ctx.param("straggler_max_nodes", MAX_STRAGGLERS):
         return []
-    noisy = _nodes_with_network_findings(ctx)
     network = bool(ctx.blamed)  # a network root cause is being proposed right now
+    faults = _fault_region(ctx)
     out = []
     for node, found in sorted(by_node.items()):
         held = ctx.now - min(f.started_ts for f in found)
-        if node in noisy or (network and held < ctx.param("straggler_network_hold", NETWORK_HOLD_SECONDS)):
+        if _nodes_with_network_findings(ctx, node) or (
+            network and held < ctx.param("straggler_network_hold", NETWORK_HOLD_SECONDS)
+        ):
+            continue
+        if faults and _only_across(ctx, node, found, faults):
             continue
         p = proposal(IncidentKind.STRAGGLER, node, None, found, "is a straggler (slow collectives, clean network)")
-        p.candidates = [Candidate(node, 1.0)]
+        p.candidates = [Candidate(node, 1.0, 1.0)]
         out.append(p)
     return out
 
 
-def _nodes_with_network_findings(ctx: EvalContext) -> set[str]:
-    out: set[str] = set()
-    for f in ctx.findings:
-        if f.rule.kind in (IncidentKind.STRAGGLER, IncidentKind.TAIL_LATENCY):
-            continue
-        out.add(f.node)
-    for element in ctx.blamed:
-        out.add(element.split("/", 1)[0])
-    return out | ctx.network_nodes
+PAUSING = (IncidentKind.HOL_BLOCKING, IncidentKind.PFC_STORM)
+
+
+def _fault_region(ctx: EvalContext) -> set[str]:
+    """Elements of open (or just proposed) network faults; a pausing root (HOL, PFC storm) stands
+    for its whole leaf: every flow into that leaf is paused with it (DOMAIN.md)."""
+    out = ctx.open_network_elements()
+    pausing = {e for k in PAUSING for e in ctx.open_elements.get(k, ())}
+    pausing |= {e for e, key in ctx.blamed.items() if key.split(":", 1)[0] in {k.value for k in PAUSING}}
+    for element in pausing:
+        leaf = ctx.localizer.leaf(element)
+        if leaf is not None:
+            out.add(leaf)
+    return out
+
+
+def _only_across(ctx: EvalContext, node: str, found: Sequence[Finding], faults: set[str]) -> bool:
+    """No NCCL run of ``node`` since it turned slow was both slow and clear of every open network
+    fault (no member pair whose traffic may cross one): it may be that fault's victim. A straggler
+    is slow with every partner, so it is slow in a run that avoids the fault and is reported then;
+    a victim is fast in such a run."""
+    since = min(f.started_ts for f in found) - ctx.interval
+    runs = [(ts, hosts) for ts, hosts in ctx.run_hosts.get(node, ()) if ts >= since]
+    if not runs:
+        return False  # who it ran with is unknown: the counters-clean rule above is all there is
+    slow_at = min((f.rule.condition.threshold for f in found if f.signal == "nccl_time_outlier"), default=None)
+    scores = ctx.run_scores.get(node, {})
+    loc = ctx.localizer
+    for ts, hosts in runs:
+        clear = not any(loc.may_cross(a, b, faults) for a in hosts for b in hosts if a < b)
+        if clear and (slow_at is None or scores.get(ts, 0.0) > slow_at):
+            return False
+    return True
+
+
+def _nodes_with_network_findings(ctx: EvalContext, node: str) -> bool:
+    """Whether ``node``'s own network is suspect. Where its NCCL runs name their hosts, a fault
+    elsewhere is told apart by ``_only_across``, so only what is the node's own counts: network
+    findings no incident explains (unclaimed) and incidents on its own ports or links. Otherwise,
+    any network finding on it or an open network incident touching it (it may be a victim)."""
+    loc = ctx.localizer
+    # the host of each blamed port or host link, as the topology has it (not split from the id)
+    own = {h for e in (*ctx.blamed, *ctx.open_network_elements()) if loc.kind(e) != "node" and (h := loc.node_of(e))}
+    network = [f for f in ctx.findings if f.node == node and f.rule.kind not in SLOW_KINDS]
+    if ctx.run_hosts.get(node):
+        return node in own or any(id(f) not in ctx.claimed for f in network)
+    blamed_hosts = {h for e in ctx.blamed if (h := loc.node_of(e))}
+    return node in own or bool(network) or node in ctx.network_nodes or node in blamed_hosts

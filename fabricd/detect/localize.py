@@ -14,6 +14,15 @@ the same over healthy pairs; score = ``bad / total_bad x bad / (bad + good)``: t
 symptoms it explains times how consistently its paths are bad. The best element is taken, the
 symptoms it explains are removed, and the rest is explained again (greedy set cover), so two faults
 give two clusters. Ties go to the smallest element (a link before a switch or a node).
+
+Partial knowledge (issue 16 §5, docs/detection.md): a symptom whose path is known (traced, uploaded,
+or the simulator's) gives every element on it its whole weight; one with n ECMP alternatives gives
+each alternative's own elements 1/n, so the elements every alternative shares (the leaf) collect
+the votes and the alternatives' links split them. When the best element is such a switch and the
+symptoms reach it only through its fabric links (no bad pair stays below it), the fault is on one
+of those links: the one whose score stands out (``STANDS_OUT`` times the next, the traced paths
+having told them apart), or, when none does, all of the top ones, and the cluster says it is
+``ambiguous`` among them rather than pick one.
 """
 
 from __future__ import annotations
@@ -23,19 +32,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabricd.model import Candidate
+from fabricd.topology import Element, ElementKind
 
-# Tie-break: smaller elements first (a link explains less than the switch it hangs off).
-_RANK = {"fabric_link": 0, "host_link": 1, "hca": 2, "switch": 3, "node": 4}
+# Tie-break: smaller elements first (a link explains less than the switch it hangs off); an element
+# the topology does not know ranks last.
+_RANK = {
+    ElementKind.FABRIC_LINK: 0,
+    ElementKind.HOST_LINK: 1,
+    ElementKind.HCA: 2,
+    ElementKind.SWITCH: 3,
+    ElementKind.NODE: 4,
+    None: 5,
+}
+_NOUNS: dict[ElementKind | None, str] = {
+    ElementKind.FABRIC_LINK: "fabric links",
+    ElementKind.HOST_LINK: "host links",
+    ElementKind.HCA: "HCA ports",
+    ElementKind.SWITCH: "switches",
+    ElementKind.NODE: "nodes",
+}
 TOP_CANDIDATES = 5
+# A fabric link is named alone when its score is at least twice the next one's: a symptom split over
+# two alternatives gives each half the weight a known path gives, so a lead smaller than that can
+# come from the split weights alone, not from paths that tell the links apart.
+STANDS_OUT = 2.0
+TIE = 1e-9
 PathOracle = Callable[[str, str], Collection[str] | None]
-
-
-def element_type(element: str) -> str:
-    if "~" in element:
-        return "host_link" if "/" in element else "fabric_link"
-    if "/" in element:
-        return "hca"
-    return "node" if element.startswith("node") or "-" not in element else "switch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +77,10 @@ class Cluster:
     symptoms: list[Symptom] = field(default_factory=list)
     # bad / (bad + good) votes of the element: 1.0 when every probed path through it is bad
     consistency: float = 1.0
+    kind: ElementKind | None = None  # from the topology (None: an element it does not know)
+    # the evidence cannot tell ``candidates`` apart; ``element`` is the switch they hang off
+    ambiguous: bool = False
+    subject: str = ""  # how the summary names it: "one of leaf-02's 4 uplinks (...)"
 
     @property
     def pair_count(self) -> int:
@@ -62,7 +88,13 @@ class Cluster:
 
 
 class Localizer:
-    """Maps nodes, ports and pairs to element ids, and explains symptoms by voting."""
+    """Maps nodes, ports and pairs to element ids, and explains symptoms by voting.
+
+    Each element's kind (and the host it belongs to) is resolved from the topology, never read from
+    the shape of its name (issue 15 §7): ``gpu-a17`` is a host and ``ib-leaf-3`` a switch because
+    the topology says so. Without a topology, the only elements are the hosts and HCA ports this
+    localizer was handed, and it remembers what each one is.
+    """
 
     def __init__(
         self, topology: Any = None, path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None
@@ -73,7 +105,10 @@ class Localizer:
         self._leaf: dict[str, str] = {}
         self._hcas: dict[str, list[str]] = {}
         self._uplinks: dict[str, list[str]] = {}
+        self._fabric_links: dict[str, list[str]] = {}  # switch -> every fabric link at it
         self._paths: dict[tuple[str, str], tuple[frozenset[str], ...]] = {}
+        self._ports: dict[tuple[str, str], dict[str, float]] = {}
+        self._seen: dict[str, Element] = {}  # hosts and HCA ports handed in, absent from the topology
         if topology is not None:
             self._index(topology)
 
@@ -85,19 +120,47 @@ class Localizer:
                 self._leaf[topology.hca_ports[link.a].node] = link.b
             elif link.kind == "fabric":
                 self._uplinks.setdefault(link.a, []).append(link.id)
+                for end in (link.a, link.b):
+                    self._fabric_links.setdefault(end, []).append(link.id)
         for node, hcas in topology.nodes.items():
             self._hcas[node] = sorted(hcas, key=_device_order)
 
     # --- element ids ---------------------------------------------------------------------------
 
     def hca(self, node: str, device: str) -> str:
-        return f"{node}/{device}"
+        hca_id = f"{node}/{device}"
+        if self.element(hca_id) is None:
+            self._seen[hca_id] = Element(hca_id, ElementKind.HCA, node, device)
+        return hca_id
+
+    def element(self, element_id: str) -> Element | None:
+        """The element with its kind, from the topology (or as handed in); None when unknown."""
+        found = self.topology.element(element_id) if self.topology is not None else None
+        return found if found is not None else self._seen.get(element_id)
+
+    def kind(self, element_id: str) -> ElementKind | None:
+        found = self.element(element_id)
+        return found.kind if found is not None else None
+
+    def node_of(self, element_id: str) -> str | None:
+        """The host of a node, an HCA port or a host link; None for switches, fabric links and unknowns."""
+        found = self.element(element_id)
+        return found.node or None if found is not None else None
+
+    def _node(self, node: str) -> str:
+        if self.element(node) is None:
+            self._seen[node] = Element(node, ElementKind.NODE, node)
+        return node
 
     def host_link(self, hca: str) -> str:
         return self._host_link.get(hca, hca)
 
     def leaf(self, node_or_hca: str) -> str | None:
         return self._leaf.get(node_or_hca)
+
+    def fabric_links(self, switch: str) -> list[str]:
+        """Every fabric link with an end at ``switch`` (none for an element that is no switch)."""
+        return sorted(self._fabric_links.get(switch, []))
 
     def uplinks(self, leaf: str) -> list[str]:
         return sorted(self._uplinks.get(leaf, []))
@@ -108,19 +171,29 @@ class Localizer:
     # --- symptoms ------------------------------------------------------------------------------
 
     def port_symptom(self, ref: Any, hca: str, weight: float = 1.0) -> Symptom:
-        node = hca.split("/", 1)[0]
+        found = self.element(hca)
+        node = found.node if found is not None and found.node else hca
         return Symptom(ref, (frozenset({hca, self.host_link(hca), node}),), weight)
 
     def pair_symptom(self, ref: Any, src: str, dst: str, weight: float = 1.0) -> Symptom:
-        return Symptom(ref, self.pair_paths(src, dst), weight, pair=True)
+        return Symptom(ref, self.pair_paths(self._node(src), self._node(dst)), weight, pair=True)
 
     def pair_ports(self, src: str, dst: str) -> dict[str, float]:
-        """The HCA ports a probe pair uses, each with the fraction of its path alternatives using it."""
+        """The HCA ports a probe pair uses, each with the fraction of its path alternatives using it
+        (cached: paths change only with the topology, which makes a new localizer)."""
+        key = (src, dst)
+        cached = self._ports.get(key)
+        if cached is not None:
+            return cached
+        out = self._ports[key] = self._pair_ports(src, dst)
+        return out
+
+    def _pair_ports(self, src: str, dst: str) -> dict[str, float]:
         alts = self.pair_paths(src, dst)
         out: dict[str, float] = {}
         for alt in alts:
             for e in alt:
-                if element_type(e) == "hca":
+                if self.kind(e) is ElementKind.HCA:
                     out[e] = out.get(e, 0.0) + 1.0 / len(alts)
         return out
 
@@ -128,6 +201,13 @@ class Localizer:
         """Whether every path alternative of the pair crosses one of ``elements``."""
         alts = self.pair_paths(src, dst)
         return bool(alts) and all(any(e in alt for e in elements) for alt in alts)
+
+    def may_cross(self, src: str, dst: str, elements: Collection[str]) -> bool:
+        """Whether traffic between two nodes may cross one of ``elements``: any ECMP alternative of
+        the topology (a job's flows hash over all of them, whatever route the probes took)."""
+        if self.topology is None or src not in self._hcas or dst not in self._hcas or src == dst:
+            return bool({src, dst} & set(elements))
+        return any(any(e in alt for e in elements) for alt in self.topology.paths(src, dst))
 
     def pair_paths(self, src: str, dst: str) -> tuple[frozenset[str], ...]:
         key = (src, dst)
@@ -141,7 +221,7 @@ class Localizer:
         if self._oracle is not None:
             path = self._oracle(src, dst)
             if path is not None:
-                return (ends | _with_switches(path),)
+                return (ends | self._with_ends(path),)
         if self.topology is not None and src in self._hcas and dst in self._hcas and src != dst:
             return tuple(self.topology.paths(src, dst))
         return (ends,)
@@ -153,22 +233,125 @@ class Localizer:
     ) -> list[Cluster]:
         """Greedy cover of ``bad`` by best-scoring elements; one cluster per chosen element."""
         remaining = list(bad)
-        good = _votes(healthy)
+        fine = list(healthy)
+        good = _votes(fine)
         clusters: list[Cluster] = []
         while remaining:
             scores = _scores(remaining, good)
             if not scores:
                 break
-            ranked = sorted(scores.items(), key=lambda kv: (-round(kv[1], 9), _RANK[element_type(kv[0])], kv[0]))
-            best = ranked[0][0]
-            explained = [s for s in remaining if any(best in alt for alt in s.alternatives)]
+            ranked = sorted(scores.items(), key=lambda kv: (-round(kv[1], 9), _RANK[self.kind(kv[0])], kv[0]))
             if ranked[0][1] < min_share and clusters:
                 break
-            top = [Candidate(e, round(v, 4)) for e, v in ranked[:TOP_CANDIDATES]]
-            votes = _votes(remaining).get(best, 0.0)
-            clusters.append(Cluster(best, top, explained, votes / (votes + good.get(best, 0.0)) if votes else 0.0))
-            remaining = [s for s in remaining if s not in explained]
+            cluster = self._ecmp_cluster(ranked[0][0], scores, remaining, fine) or self._cluster(
+                ranked, remaining, good
+            )
+            clusters.append(cluster)
+            remaining = [s for s in remaining if s not in cluster.symptoms]
         return clusters
+
+    def _cluster(self, ranked: list[tuple[str, float]], remaining: list[Symptom], good: Mapping[str, float]) -> Cluster:
+        """The best element's cluster; ambiguous when others of its kind tie with it (the tie-break
+        by name would pick one silently: two links every bad path crosses together)."""
+        best, lead = ranked[0]
+        explained = [s for s in remaining if any(best in alt for alt in s.alternatives)]
+        votes = _votes(remaining)
+        total = sum(s.weight for s in remaining) or 1.0
+        rank = _RANK[self.kind(best)]
+        tied = [e for e, v in ranked if _ties(v, lead) and _RANK[self.kind(e)] == rank]
+        # A tie is ambiguity only between elements on the same symptoms' paths: two host links
+        # scoring alike from two ports' own marks are two places, not "one of" them.
+        tied = [e for e in tied if all(any(e in alt for alt in s.alternatives) for s in explained)]
+        if len(tied) > 1:
+            group = sum(votes.get(e, 0.0) for e in tied) or 1.0
+            top = [Candidate(e, round(lead, 4), round(votes.get(e, 0.0) / group, 4)) for e in tied]
+        else:
+            top = [Candidate(e, round(v, 4), round(votes.get(e, 0.0) / total, 4)) for e, v in ranked[:TOP_CANDIDATES]]
+        bad = votes.get(best, 0.0)
+        consistency = bad / (bad + good.get(best, 0.0)) if bad else 0.0
+        subject = self._subject(best, tied) if len(tied) > 1 else ""
+        return Cluster(best, top, explained, consistency, self.kind(best), len(tied) > 1, subject)
+
+    def _ecmp_cluster(
+        self, best: str, scores: Mapping[str, float], remaining: list[Symptom], healthy: list[Symptom]
+    ) -> Cluster | None:
+        """The cluster of a switch that collected split votes, placed on its fabric links (see the
+        module's docstring); None when the symptoms do not reach it through them alone."""
+        if self.kind(best) is not ElementKind.SWITCH:
+            return None
+        explained = [s for s in remaining if any(best in alt for alt in s.alternatives)]
+        if not any(len(s.alternatives) > 1 for s in explained):
+            return None  # every path known: the switch itself is what they share
+        tied = [e for e, v in scores.items() if self.kind(e) is ElementKind.SWITCH and _ties(v, scores[best])]
+        groups = [(sw, links) for sw in sorted(tied) if (links := self._top_links(sw, scores, remaining))]
+        if not groups or groups[0][0] != best:
+            return None
+        tops = {sw: max(scores[link] for link in links) for sw, links in groups}
+        lead = max(tops.values())
+        members = sorted({m for sw, links in groups if _ties(tops[sw], lead) for m in links})
+        if len(groups[0][1]) == 1 or len(members) == 1:  # one link stands out: the paths told them apart
+            link = groups[0][1][0] if len(groups[0][1]) == 1 else members[0]
+            ranked = sorted(scores.items(), key=lambda kv: (-round(kv[1], 9), _RANK[self.kind(kv[0])], kv[0]))
+            ranked.insert(0, ranked.pop(next(i for i, (e, _) in enumerate(ranked) if e == link)))
+            return self._cluster(ranked, remaining, _votes(healthy))
+        return self._ambiguous(best, members, remaining, healthy)
+
+    def _top_links(self, switch: str, scores: Mapping[str, float], remaining: list[Symptom]) -> list[str]:
+        """The switch's fabric links within STANDS_OUT of its best one; [] when a bad symptom
+        reaches the switch without crossing one of its fabric links (a fault below it)."""
+        links = set(self._fabric_links.get(switch, []))
+        through = [s for s in remaining if any(switch in alt for alt in s.alternatives)]
+        if not links or not all(links & alt for s in through for alt in s.alternatives):
+            return []
+        voted = sorted((scores[link], link) for link in links if scores.get(link, 0.0) > 0)
+        if not voted:
+            return []
+        lead = voted[-1][0]
+        return sorted(link for v, link in voted if v * STANDS_OUT > lead or _ties(v, lead))
+
+    def _ambiguous(self, switch: str, members: list[str], remaining: list[Symptom], healthy: list[Symptom]) -> Cluster:
+        """One of ``members``: each weighted by its share of the evidence; consistency as if one
+        of them carried every bad symptom, over the probed traffic one of them carries."""
+        group = set(members)
+        explained = [s for s in remaining if any(group & alt for alt in s.alternatives)]
+        bad = _votes(explained)
+        total = sum(bad.get(m, 0.0) for m in members) or 1.0
+        scores = _scores(remaining, _votes(healthy))
+        candidates = [Candidate(m, round(scores.get(m, 0.0), 4), round(bad.get(m, 0.0) / total, 4)) for m in members]
+        carried = _votes([*explained, *healthy])
+        load = sum(carried.get(m, 0.0) for m in members) / len(members)
+        crossing = sum(s.weight * _share(s, group) for s in explained)
+        consistency = min(1.0, crossing / load) if load else 0.0
+        return Cluster(
+            switch, candidates, explained, consistency, ElementKind.SWITCH, True, self._subject(switch, members)
+        )
+
+    def _subject(self, element: str, members: list[str]) -> str:
+        """How a summary names an ambiguous cluster: "one of leaf-02's 4 uplinks (a, b, c, d)"."""
+        listed = ", ".join(members)
+        mine = set(self._fabric_links.get(element, []))
+        tier = (
+            self.topology.switches[element].tier
+            if self.topology is not None and element in self.topology.switches
+            else ""
+        )
+        if set(members) <= mine and tier == "leaf":
+            return f"one of {element}'s {len(members)} uplinks ({listed})"
+        kinds = {self.kind(m) for m in members}
+        noun = _NOUNS.get(kinds.pop(), "elements") if len(kinds) == 1 else "elements"
+        return f"one of {len(members)} {noun} ({listed})"
+
+    def _with_ends(self, path: Collection[str]) -> frozenset[str]:
+        """A path given as links also crosses the elements at their ends (switches, HCA ports) and
+        the hosts of those HCA ports, as the topology has them."""
+        out = set(path)
+        for element_id in path:
+            found = self.element(element_id)
+            if found is not None and found.ends:
+                out.update(found.ends)
+                if found.node:
+                    out.add(found.node)
+        return frozenset(out)
 
 
 def _votes(symptoms: Iterable[Symptom]) -> dict[str, float]:
@@ -181,22 +364,19 @@ def _votes(symptoms: Iterable[Symptom]) -> dict[str, float]:
     return votes
 
 
+def _share(s: Symptom, group: set[str]) -> float:
+    """The fraction of a symptom's alternatives crossing one of ``group``."""
+    return sum(1 for alt in s.alternatives if group & alt) / len(s.alternatives) if s.alternatives else 0.0
+
+
+def _ties(a: float, b: float) -> bool:
+    return abs(a - b) <= TIE * max(abs(a), abs(b), 1.0)
+
+
 def _scores(bad: Sequence[Symptom], good: Mapping[str, float]) -> dict[str, float]:
     votes = _votes(bad)
     total = sum(s.weight for s in bad) or 1.0
     return {e: (v / total) * (v / (v + good.get(e, 0.0))) for e, v in votes.items() if v > 0}
-
-
-def _with_switches(path: Collection[str]) -> frozenset[str]:
-    """A path given as links also crosses the switches at their ends and the HCA ports."""
-    out = set(path)
-    for link in path:
-        if "~" in link:
-            a, b = link.split("~", 1)
-            out.update((a, b))
-            if "/" in a:
-                out.add(a.split("/", 1)[0])
-    return frozenset(out)
 
 
 def _as_oracle(oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None) -> PathOracle | None:

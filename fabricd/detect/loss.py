@@ -16,12 +16,16 @@ cleared) is that incident's, not a new one elsewhere on the path.
 
 from __future__ import annotations
 
-from fabricd.detect.base import EvalContext, Evidence3, by_leaf, cluster_network, spread
+from fabricd.detect.base import PAIR_SIGNALS, EvalContext, by_leaf, spread
 from fabricd.detect.incidents import Proposal
+from fabricd.detect.network import Evidence3, PairGuard, cluster_network
 from fabricd.model import IncidentKind
 
 STRONG = frozenset({"phy_errors_per_second", "discards_per_second"})
 WEAK = frozenset({"sequence_errors_per_second", "retransmits_per_second"})
+# Where packets are lost: a link (its cable, optics, either end's PHY) or a switch; a node's probes
+# lost whichever way they go is a host problem (a busy host drops replies), not the fabric's.
+LOSS_PLACES = frozenset({"fabric_link", "switch", "host_link", "hca"})
 
 
 def propose(ctx: EvalContext) -> list[Proposal]:
@@ -42,21 +46,35 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
 
 def _loss(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.PACKET_LOSS])
+    if not found:
+        return []
+    waiting = ctx.pending_of([IncidentKind.PACKET_LOSS])
+    every = found + waiting
     ev = Evidence3(
-        [f for f in found if f.signal == "probe_loss_ratio"],
-        [f for f in found if f.signal in STRONG],
-        [f for f in found if f.signal in WEAK],
+        [f for f in every if f.signal == "probe_loss_ratio"],
+        [f for f in every if f.signal in STRONG],
+        [f for f in every if f.signal in WEAK],
     )
     if not ev.pairs and not ev.strong and spread(ctx, ev.weak):
-        # Sequence errors at the ends of many flows, no errors on any host port: a fabric link.
-        return by_leaf(ctx, IncidentKind.PACKET_LOSS, ev.weak, "(or one of its uplinks) is dropping packets")
+        # Sequence errors at the ends of many flows, no errors on any host port: a fabric link. As
+        # for congestion's marks: only once they lasted an interval past firing, so that every node
+        # had the chance to show where (its probes, its own port errors).
+        if ctx.now - min(f.started_ts for f in found) < 2 * ctx.interval:
+            return []
+        weak = [f for f in found if f.signal in WEAK]
+        return by_leaf(ctx, IncidentKind.PACKET_LOSS, weak, "(or one of its uplinks) is dropping packets")
+    guard = PairGuard(int(ctx.param("loss_min_pairs", 2)), ctx.param("loss_consistency", 0.5), LOSS_PLACES)
     return cluster_network(
         ctx,
         IncidentKind.PACKET_LOSS,
         ev,
         "is dropping packets",
         absorb_strong=False,
+        guard=guard,
         absorb_into=ctx.open_elements.get(IncidentKind.PACKET_LOSS, set()),
+        sticky=True,
+        pending=waiting,
+        places=LOSS_PLACES,
     )
 
 
@@ -65,8 +83,14 @@ def _claim_crossing(ctx: EvalContext, elements: list[str]) -> None:
     if not elements:
         return
     blamed = set(elements)
-    for f in ctx.signal("probe_loss_ratio", "sequence_errors_per_second", "retransmits_per_second", "rtt_p99_outlier"):
-        if f.signal in ("probe_loss_ratio", "rtt_p99_outlier"):
+    for f in ctx.signal(
+        "probe_loss_ratio",
+        "sequence_errors_per_second",
+        "retransmits_per_second",
+        "rtt_queue_outlier",
+        "rtt_p99_outlier",
+    ):
+        if f.signal in PAIR_SIGNALS:
             alts = ctx.localizer.pair_paths(f.node, f.device)
             if any(blamed & alt for alt in alts):
                 ctx.claim([f])

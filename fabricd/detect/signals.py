@@ -117,9 +117,12 @@ class Extractor:
     # --- inputs of the stateful signals --------------------------------------------------------
 
     def pingmesh(self, rec: Record, labels: Labels, values: dict[str, float]) -> None:
-        p99 = values.get("rtt_p99_seconds")
-        if p99 is not None:  # scored against the pair's baseline by the engine (rtt_p99_outlier)
-            self.emit("rtt_p99", rec.node, rec.device, "", labels, rec.ts, p99)
+        # scored by the engine against the pair's baseline, the prober's common mode removed
+        # (fabricd.detect.delays: rtt_queue_outlier, rtt_p99_outlier)
+        for name, signal in (("rtt_min_seconds", "rtt_min"), ("rtt_p99_seconds", "rtt_p99")):
+            v = values.get(name)
+            if v is not None:
+                self.emit(signal, rec.node, rec.device, "", labels, rec.ts, v)
 
     def nccl(self, rec: Record, labels: Labels, values: dict[str, float]) -> None:
         t = values.get("time_seconds")

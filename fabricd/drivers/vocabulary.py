@@ -67,6 +67,19 @@ ETHTOOL = (
     _c("tx_priority_bytes", "bytes", "Bytes sent per priority"),
     _c("rx_priority_packets", "packets", "Packets received per priority"),
     _c("tx_priority_packets", "packets", "Packets sent per priority"),
+    _c("rx_pause_resume_frames", "frames", "XON frames received: the peer lifted its pause (Intel ice, i40e)"),
+    _c("tx_pause_resume_frames", "frames", "XON frames sent: the port lifted its pause of the peer (Intel ice, i40e)"),
+    _c(
+        "rx_priority_discards",
+        "packets",
+        "Received packets of one priority the port discarded (mlx5 rx_prioN_discards)",
+    ),
+    _c("rx_ring_discards", "packets", "Packets dropped on a host receive ring with no buffer posted (bnxt_en)"),
+    _c("tx_ring_discards", "packets", "Packets dropped on a host transmit ring (bnxt_en)"),
+    _c("rx_pcs_symbol_errors", "", "Symbol errors counted by the PCS layer (before FEC correction)"),
+    _c("rx_fec_corrected_blocks", "", "FEC blocks received with errors the FEC corrected"),
+    _c("rx_fec_uncorrectable_blocks", "", "FEC blocks received with errors the FEC could not correct: frames lost"),
+    _c("rx_fec_corrected_bits", "", "Bits the FEC corrected (mlx5 rx_corrected_bits_phy)"),
 )
 # Both ethtool (mlx5 rx_out_of_buffer) and hw_counters (mlx5 out_of_buffer, bnxt_re rx_out_of_buffer).
 SHARED = (

@@ -111,7 +111,11 @@ def webhook_body(n: Notification, base_url: str) -> dict[str, Any]:
             "updated_at": rfc3339(inc.updated_ts),
             "resolved_at": rfc3339(inc.resolved_ts) if inc.resolved_ts is not None else None,
             "affected": list(inc.affected),
-            "candidates": [{"element": c.element, "score": c.score} for c in inc.candidates],
+            "affected_jobs": [j.to_json() for j in inc.affected_jobs],
+            # ``ambiguous``: the evidence cannot tell the candidates apart (docs/detection.md); their
+            # ``weight`` is each one's share of it, what an on-call engineer checks first
+            "ambiguous": inc.ambiguous,
+            "candidates": [{"element": c.element, "score": c.score, "weight": c.weight} for c in inc.candidates],
             "evidence": [_evidence(base_url, ev) for ev in inc.evidence],
             "url": incident_url(base_url, n.incident_id),
             "report": report_url(base_url, n.incident_id),
@@ -151,6 +155,7 @@ def alertmanager_alert(n: Notification, base_url: str, extra: dict[str, str], no
             "description": _description(inc),
             "report": report_url(base_url, n.incident_id),
             "affected": ", ".join(inc.affected[:20]),
+            **({"candidates": _candidates(inc)} if inc.ambiguous else {}),
         },
         "startsAt": rfc3339(inc.started_ts),
         "generatorURL": incident_url(base_url, n.incident_id),
@@ -162,6 +167,11 @@ def alertmanager_alert(n: Notification, base_url: str, extra: dict[str, str], no
         ended = inc.resolved_ts if inc.resolved_ts is not None else now
         alert["endsAt"] = rfc3339(min(ended, now))
     return alert
+
+
+def _candidates(inc: Incident) -> str:
+    """``leaf-02~spine-01 (weight 0.25), ...``: an ambiguous incident's places to check."""
+    return ", ".join(f"{c.element} (weight {c.weight:g})" for c in inc.candidates)
 
 
 def _description(inc: Incident) -> str:
@@ -184,6 +194,9 @@ def slack_body(n: Notification, base_url: str, channel: str = "", username: str 
         {"title": "Affected", "value": ", ".join(inc.affected[:10]) or "-", "short": True},
         {"title": "Since", "value": rfc3339(inc.started_ts), "short": True},
     ]
+    if inc.affected_jobs:
+        jobs = ", ".join(f"{j.job_id} ({j.user})" for j in inc.affected_jobs[:10])
+        fields.append({"title": "Jobs", "value": jobs, "short": False})
     fields += [
         {"title": ev.signal, "value": f"{ev.value:.4g} (threshold {ev.threshold:.4g}) on {_where(ev)}", "short": False}
         for ev in inc.evidence[:5]

@@ -27,7 +27,10 @@ class ReportQuery:
     max_ports: int = 6  # implicated ports plotted
     max_incidents: int = 20  # incidents summarized in a range report
     fabric: Fabric = field(default_factory=Fabric)
-    nccl_nodes: int = 2  # nodes in one NCCL-tests job: the model needs it, the results do not carry it
+    nccl_nodes: int = 2  # nodes in one NCCL-tests job, when a run does not say (or with hardware "flags")
+    # The NCCL model's hardware: "nodes" = each node's own ports as stored from its sysfs and each run's
+    # job shape (fabricd/report/nccl.py); "flags" = ``fabric`` and ``nccl_nodes`` for every run.
+    hardware: str = "nodes"
 
     def __post_init__(self) -> None:
         if (self.incident_id is None) == (self.since is None):
@@ -35,6 +38,8 @@ class ReportQuery:
         if self.since is not None and self.until is not None and self.until <= self.since:
             raise ValueError("until must be after since")
         _check_fabric(self.fabric)
+        if self.hardware not in ("nodes", "flags"):
+            raise ValueError(f"hardware must be nodes or flags, not {self.hardware!r}")
         if self.nccl_nodes < 1 or self.pad_seconds < 0 or self.top < 1 or self.max_ports < 0:
             raise ValueError("nccl nodes and top must be at least 1, pad and max ports not negative")
 
@@ -129,6 +134,9 @@ class NcclCurve:
     sizes: list[int] = field(default_factory=list)
     measured: list[list[float]] = field(default_factory=list)  # bytes/s, every run in the window, per size
     predicted: list[float] = field(default_factory=list)  # bytes/s per size
+    model: str = ""  # the model the prediction used, in words (fabricd/report/nccl.py RunModel.describe)
+    nodes: list[str] = field(default_factory=list)  # the nodes whose runs this curve holds
+    plot_name: str = ""  # nccl-<op>, nccl-<op>-2 when one op has runs under several models
 
 
 @dataclass(frozen=True)

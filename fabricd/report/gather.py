@@ -9,18 +9,15 @@ are read raw; longer ones in buckets (the series route's ``step``) so a plot sta
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable
 from typing import Any
 
 from fabricd import signal_table as table
 from fabricd.model import Kind, Labels, Reading, Sample, Status
-from fabricd.perfmodel import OPS, predict
 from fabricd.portview import LINK_RATE, PAUSE, RX_BYTES, TX_BYTES, XMIT_WAIT, port_views, select_ports
 from fabricd.progress import Step, quiet
 from fabricd.report.data import (
     HotPort,
-    NcclCurve,
     PingCell,
     PortPanel,
     ReportData,
@@ -29,6 +26,7 @@ from fabricd.report.data import (
     Shade,
     Window,
 )
+from fabricd.report.nccl import nccl_curves
 from fabricd.report.source import Source
 from fabricd.signal_math import scopes
 
@@ -263,38 +261,6 @@ def _cell(src: str, dst: str, by_name: dict[str, dict[tuple[str, str], list[floa
     sent = sum(by_name[PING_SENT].get((src, dst), []))
     lost = sum(by_name[PING_LOST].get((src, dst), []))
     return PingCell(src, dst, max(p99) if p99 else None, lost / sent if sent > 0 else None)
-
-
-# --- NCCL ---------------------------------------------------------------------------------------------
-
-
-def nccl_curves(src: Source, data: ReportData) -> list[NcclCurve]:
-    """Out-of-place busbw of every NCCL-tests row in the window, per collective and size, vs the model."""
-    runs = src.get("nccl", since=_t(data.window.start), limit=10_000)
-    measured: dict[str, dict[int, list[float]]] = {}
-    for run in runs:
-        busbw = run["values"].get("busbw_bytes_per_second")
-        labels = run["labels"]
-        if (
-            run["ts"] > data.window.end
-            or busbw is None
-            or run["op"] not in OPS
-            or labels.get("placement") != "out_of_place"
-            or "size" not in labels
-        ):
-            continue
-        measured.setdefault(run["op"], {}).setdefault(int(labels["size"]), []).append(float(busbw))
-    q = data.query
-    curves = []
-    for op, per_size in sorted(measured.items()):
-        sizes = sorted(s for s in per_size if s > 0)
-        predicted = [predict(op, s, q.nccl_nodes, q.fabric).busbw_bytes_per_second for s in sizes]
-        curves.append(NcclCurve(op, sizes, [per_size[s] for s in sizes], predicted))
-    return curves
-
-
-def median_busbw(curve: NcclCurve) -> list[float]:
-    return [statistics.median(m) for m in curve.measured]
 
 
 # --- hottest ports ---------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ def human_bytes(n: float) -> str:
 
 def nccl_plot(curve: NcclCurve, label: str) -> Plot:
     """Measured out-of-place busbw (every run, median line) vs the model, GB/s against message size."""
-    from fabricd.report.gather import median_busbw
+    from fabricd.report.nccl import median_busbw
 
     medians = median_busbw(curve)
     with _LOCK:
@@ -215,4 +215,4 @@ def nccl_plot(curve: NcclCurve, label: str) -> Plot:
         "predicted": list(curve.predicted),
         "unit": "bytes/s",
     }
-    return Plot(f"nccl-{curve.op}", f"NCCL {curve.op}", png, data)
+    return Plot(curve.plot_name or f"nccl-{curve.op}", f"NCCL {curve.op}", png, data)

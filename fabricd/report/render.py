@@ -14,8 +14,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from fabricd import incident_view as view
 from fabricd import units
-from fabricd.perfmodel import GBIT
+from fabricd.next_checks import next_checks
 from fabricd.report.data import HotPort, ReportData
 from fabricd.report.plots import Plot, nccl_plot, pingmesh_plot, port_plot
 from fabricd.timeparse import iso
@@ -145,33 +146,35 @@ def _incident(inc: dict[str, Any]) -> list[str]:
             ],
         ),
     ]
-    cands = [[c["element"], f"{c['score']:.3f}"] for c in inc.get("candidates", [])]
-    out += [
-        "<h4>Localization candidates</h4>",
-        _table(["element", "score"], cands, [1]) if cands else _empty("No localization candidates."),
-    ]
-    ev = [
-        [
-            e["signal"],
-            e["node"],
-            e["device"],
-            e["port"] or "-",
-            _num(e["value"]),
-            _num(e["threshold"]),
-            iso(e["ts"]),
-            e.get("note", ""),
+    hit = view.affected(inc)
+    out += [f"<h4>Affected: {escape(hit.counts())}</h4>"]
+    out += [_p(f"{label}: {', '.join(items)}") for label, items in _affected_lists(hit) if items]
+    if "affected_jobs" in inc:  # the API names jobs (a central with the jobs join)
+        jobs = [[j["id"], j["user"], j["name"], " ".join(j["nodes"])] for j in inc["affected_jobs"]]
+        out += [
+            "<h4>Affected jobs</h4>",
+            _table(["job", "user", "name", "nodes hit"], jobs, []) if jobs else _empty("No job runs across it."),
         ]
-        for e in inc.get("evidence", [])
-    ]
+    cands = view.candidate_rows(inc)
     out += [
-        "<h4>Evidence</h4>",
-        _table(["signal", "node", "device", "port", "value", "threshold", "at", "note"], ev, [4, 5])
-        if ev
-        else _empty("No evidence recorded."),
+        "<h4>Localization candidates (by score, best first; equal scores are ties)</h4>",
+        _table(view.CANDIDATE_COLUMNS, cands, [2, 3]) if cands else _empty("No localization candidates."),
+        *(_p(note) for note in view.tie_notes(inc)),
+    ]
+    ev = view.evidence_rows(inc)
+    out += [
+        "<h4>Evidence (furthest past its threshold first)</h4>",
+        _table(view.EVIDENCE_COLUMNS, ev, [2, 3]) if ev else _empty("No evidence recorded."),
     ]
     tl = [[iso(t["ts"]), t["what"], t.get("by", "")] for t in inc.get("timeline", [])]
     out += ["<h4>Timeline</h4>", _table(["at (UTC)", "what", "by"], tl) if tl else _empty("No timeline entries.")]
+    steps = "".join(f"<li>{escape(step)}</li>" for step in next_checks(inc))
+    out += ["<h4>Next checks</h4>", f"<ol>{steps}</ol>"]
     return out
+
+
+def _affected_lists(hit: view.Affected) -> list[tuple[str, list[str]]]:
+    return [("nodes", hit.nodes), ("node pairs", hit.pairs)]  # jobs: their own table
 
 
 def _ports(data: ReportData, plots: list[Plot]) -> list[str]:
@@ -224,31 +227,29 @@ def _pingmesh(data: ReportData, plots: list[Plot]) -> list[str]:
     ]
 
 
-def _model_label(data: ReportData) -> str:
-    f, q = data.query.fabric, data.query
-    return (
-        f"{q.nccl_nodes} nodes × {f.gpus_per_node} GPUs, {f.hcas_per_node} × {f.link_rate_bytes_per_second / GBIT:g} "
-        f"Gb/s per node, efficiency {f.efficiency:g}"
-    )
-
-
 def _nccl(data: ReportData, plots: list[Plot]) -> list[str]:
     out = ["<h2>NCCL tests against the model</h2>"]
     if not data.nccl:
         return [*out, _empty("No NCCL-tests results in this window.")]
-    label = _model_label(data)
-    out.append(_p(f"Model: fabricd model (docs/model.md) for {label}. Efficiency = measured median ÷ predicted."))
-    from fabricd.report.gather import median_busbw
+    from fabricd.report.nccl import efficiencies, median_busbw
 
     for curve in data.nccl:
-        plot = nccl_plot(curve, label)
+        plot = nccl_plot(curve, curve.model)
         plots.append(plot)
+        effs = efficiencies(curve)
         rows = [
-            [s, len(m), f"{med / 1e9:.2f}", f"{p / 1e9:.2f}", f"{med / p:.2f}" if p > 0 else "-"]
-            for s, m, med, p in zip(curve.sizes, curve.measured, median_busbw(curve), curve.predicted, strict=True)
+            [s, len(m), f"{med / 1e9:.2f}", f"{p / 1e9:.2f}", f"{e:.2f}" if e is not None else "-"]
+            for s, m, med, p, e in zip(
+                curve.sizes, curve.measured, median_busbw(curve), curve.predicted, effs, strict=True
+            )
         ]
+        largest = f"{effs[-1]:.2f}" if effs and effs[-1] is not None else "-"
         out += [
             f"<h3>{escape(curve.op)}</h3>",
+            _p(
+                f"Model: fabricd model (docs/model.md) for {curve.model}; runs of {_nodes(curve.nodes)}. "
+                f"Efficiency = measured median ÷ predicted; at the largest size: {largest}."
+            ),
             _img(plot),
             _table(
                 ["size (bytes)", "runs", "measured busbw (GB/s)", "model busbw (GB/s)", "efficiency"],
@@ -257,6 +258,12 @@ def _nccl(data: ReportData, plots: list[Plot]) -> list[str]:
             ),
         ]
     return out
+
+
+def _nodes(nodes: list[str]) -> str:
+    if len(nodes) <= 4:
+        return ", ".join(nodes)
+    return f"{len(nodes)} nodes ({nodes[0]} … {nodes[-1]})"
 
 
 def _hot_ports(data: ReportData) -> list[str]:

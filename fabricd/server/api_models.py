@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from fabricd.jobmap import JobPlacement
 from fabricd.server.store.records import IncidentRecord, NodeRecord, SeriesInfo, TokenInfo
 
 
@@ -85,6 +86,7 @@ class PortOut(BaseModel):
     pause_fraction: float | None = Field(description="fraction of time paused (PFC/802.3x), worst priority")
     xmit_wait_per_second: float | None = Field(description="InfiniBand PortXmitWait ticks per second")
     updated_ts: float
+    netdev: str = Field(default="", description="a RoCE port's network interface, whose statistics are joined in")
 
 
 class PointOut(BaseModel):
@@ -137,11 +139,20 @@ class EvidenceOut(BaseModel):
     ts: float
     labels: dict[str, str] = Field(default_factory=dict)
     note: str = ""
+    op: str = Field(default="", description="the rule's comparison: the signal fired while value <op> threshold")
+    unit: str = Field(
+        default="", description="the signal's unit (fabricd/signal_table.py): ratio, packets_per_second, ..."
+    )
 
 
 class CandidateOut(BaseModel):
     element: str
-    score: float
+    score: float = Field(description="localization score: share of the symptoms explained x their consistency")
+    weight: float = Field(
+        default=0.0,
+        description="share of the evidence pointing at it (a known path gives its elements the whole weight, "
+        "ECMP alternatives split it); among ambiguous candidates they sum to 1",
+    )
 
 
 class TimelineEntry(BaseModel):
@@ -174,9 +185,22 @@ class IncidentSummary(BaseModel):
         return cls(**cls.fields_of(row))
 
 
+class AffectedJobOut(BaseModel):
+    id: str
+    user: str
+    name: str
+    nodes: list[str] = Field(description="the job's nodes whose traffic crosses the incident's element")
+
+
 class IncidentOut(IncidentSummary):
     candidates: list[CandidateOut] = Field(description="localization: elements that may explain it, best first")
+    ambiguous: bool = Field(
+        default=False,
+        description="the evidence cannot tell the candidates apart: the fault is on one of them "
+        "(element: the switch they hang off, or the first); docs/detection.md",
+    )
     affected: list[str]
+    affected_jobs: list[AffectedJobOut] = Field(description="jobs whose traffic crosses the element (docs/jobs.md)")
     evidence: list[EvidenceOut]
     timeline: list[TimelineEntry]
 
@@ -185,10 +209,47 @@ class IncidentOut(IncidentSummary):
         return cls(
             **IncidentSummary.fields_of(row),
             candidates=[CandidateOut(**c) for c in row.candidates],
+            ambiguous=row.ambiguous,
             affected=list(row.affected),
+            affected_jobs=[AffectedJobOut(**j) for j in row.affected_jobs],
             evidence=[EvidenceOut(**e) for e in row.evidence],
             timeline=[TimelineEntry(ts=e[0], what=e[1], by=e[2] if len(e) > 2 else "") for e in row.timeline],
         )
+
+
+class JobSummary(BaseModel):
+    id: str
+    scheduler: str
+    user: str
+    name: str
+    nodes: list[str]
+    first_ts: float = Field(description="when an agent first reported it (event time)")
+    last_ts: float
+    ended_ts: float | None = Field(description="when the last of its nodes stopped reporting it; null: running")
+
+    @classmethod
+    def fields_of(cls, job: JobPlacement) -> dict[str, Any]:
+        return {
+            "id": job.job_id,
+            "scheduler": job.scheduler,
+            "user": job.user,
+            "name": job.name,
+            "nodes": sorted(job.nodes),
+            "first_ts": job.first_ts,
+            "last_ts": job.last_ts,
+            "ended_ts": job.ended_ts,
+        }
+
+    @classmethod
+    def of(cls, job: JobPlacement) -> JobSummary:
+        return cls(**cls.fields_of(job))
+
+
+class JobOut(JobSummary):
+    hcas: dict[str, list[str]] = Field(description="node -> the HCAs its GPUs use (empty: every HCA of the node)")
+    elements: list[str] = Field(description="fabric elements its traffic may cross (nodes, HCAs, links, switches)")
+    incidents: list[IncidentSummary] = Field(description="open incidents on those elements")
+    nccl: list[NcclOut] = Field(description="its NCCL collective performance (NCCL Inspector), newest first")
 
 
 class IncidentAction(BaseModel):
@@ -258,25 +319,16 @@ class StatusOut(BaseModel):
     detection_backlog_points: int | None = Field(
         None, description="stored points the detectors have not processed yet (null: detection is off)"
     )
+    settlement: SettlementOut | None = Field(None, description="null: detection is off")
 
 
-class RouteIn(BaseModel):
-    src: str = Field(max_length=128, description="node the probes start from")
-    dst: str = Field(max_length=128, description="node they go to")
-    elements: list[str] = Field(max_length=64, description="element ids the packets cross (ports, links, switches)")
+class SettlementOut(BaseModel):
+    """Event-time settlement of the detection loop (docs/detection.md, "Settlement")."""
 
-
-class TopologyIn(BaseModel):
-    elements: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
-    links: list[dict[str, Any]] = Field(default_factory=list, max_length=100_000)
-    routes: list[RouteIn] = Field(
-        default_factory=list,
-        max_length=1_000_000,
-        description="where probes between two nodes go (traceroute, ibtracert or the switches' ECMP hash); "
-        "without them a fault on one of a leaf's uplinks is localized to the leaf",
-    )
-
-
-class TopologyOut(TopologyIn):
-    name: str
-    updated_ts: float
+    settled_ts: float | None = Field(None, description="event time evaluated so far (every live node delivered it)")
+    lag_seconds: float | None = Field(None, description="wall time minus settled_ts")
+    lateness_seconds: float = Field(description="a node this late past its watermark is left out")
+    max_node_lateness_seconds: float = Field(description="wall time minus the oldest watermark still waited for")
+    nodes: int = Field(description="nodes settlement follows")
+    nodes_left_out: list[str] = Field(description="nodes silent past the lateness, left out (evidence too)")
+    late_samples: int = Field(description="samples that arrived after their moment was settled (folded in)")

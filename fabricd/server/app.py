@@ -23,17 +23,24 @@ from prometheus_client import CollectorRegistry
 from fabricd import __version__, logs
 from fabricd.hooks import api as hooks_api
 from fabricd.hooks.dispatcher import HookDispatcher
-from fabricd.model import Incident
+from fabricd.model import Incident, Sample
 from fabricd.server import db, deps, errors
+from fabricd.server.active_topology import ActiveTopology
 from fabricd.server.auth import Authenticator
-from fabricd.server.detection import DetectionLoop, DetectorFactory, IncidentListener
+from fabricd.server.detection import CursorSource, DetectionLoop, DetectorFactory, IncidentListener
+from fabricd.server.fleet_summary import FleetSignals
 from fabricd.server.ingest import Ingestor
-from fabricd.server.metrics import FleetCollector, ServerMetrics
+from fabricd.server.jobattribution import JobAttribution
+from fabricd.server.jobmetrics import JobInfoCollector
+from fabricd.server.metrics import FleetCollector, FleetView, ServerMetrics
+from fabricd.server.rankstragglers import RankStragglerDetector
+from fabricd.server.routed_topology import RoutedTopology
 from fabricd.server.routes import ROUTERS, reports
 from fabricd.server.services import Services
-from fabricd.server.store.protocols import TokenAdmin
+from fabricd.server.store.protocols import SampleSource, TokenAdmin
 from fabricd.server.store.storage import Storage
 from fabricd.server.store.stream import TAIL_POINTS
+from fabricd.server.wakeup import Wakeup
 from fabricd.settings import ServerSettings
 
 log = logging.getLogger("fabricd.server")
@@ -45,14 +52,35 @@ def create_app(
     incident_listeners: Sequence[IncidentListener] = (),
     clock: Callable[[], float] = time.time,
 ) -> FastAPI:
-    # The stream keeps the points just stored in memory only when a detector reads it.
-    store = Storage.open(db.make_engine(settings.database_url()), TAIL_POINTS if detector_factory else 0)
+    # The stream keeps the points just stored in memory only when a detector reads it (a single
+    # central: among replicas the correlator reads every replica's points from the database).
+    replicated = settings.replica.enabled
+    tail = TAIL_POINTS if detector_factory and not replicated else 0
+    store = Storage.open(db.make_engine(settings.database_url()), tail)
     registry = CollectorRegistry(auto_describe=False)
     metrics = ServerMetrics(registry)
     metrics.latest_unflushed.set_function(store.latest.unflushed)
-    registry.register(
-        FleetCollector(store.latest, store.inventory, store.incidents, settings.metrics_stale_seconds, clock)
+    signals = FleetSignals()
+    view = FleetView(
+        settings.metrics_fleet_view,
+        settings.metrics_fleet_max_series,
+        settings.metrics_stale_seconds,
+        settings.node_stale_seconds,
     )
+    registry.register(JobInfoCollector(store.jobs))
+    registry.register(FleetCollector(store.latest, store.inventory, store.incidents, view, signals, clock))
+    wakeup = Wakeup()
+
+    def stored(node: str, samples: Sequence[Sample]) -> None:
+        signals.observe(node, samples)
+        wakeup.set()
+
+    storing = Ingestor(store.writer, settings.limits, metrics, clock, store.jobs, on_stored=stored, paths=store.paths)
+    replica = None
+    if replicated:  # HTTP ingest forwards to the bus; REST reads others' latest values from the table
+        from fabricd.server import replica_wiring
+
+        replica, store = replica_wiring.build(settings, store)
     services = Services(
         settings=settings,
         store=store,
@@ -60,8 +88,20 @@ def create_app(
         metrics=metrics,
         clock=clock,
         auth=Authenticator(store.tokens, settings.auth, settings.token_cache_seconds),
-        ingestor=Ingestor(store.writer, settings.limits, metrics, clock),
+        ingestor=storing if replica is None else replica.http_ingestor(metrics, clock, store.jobs, store.paths),
+        # What detection localizes over: the pushed topology and the discovered one, as one
+        # (active_topology.py says the rule), with the agents' traced routes.
+        routed=RoutedTopology(
+            ActiveTopology(store.topology, store.latest, settings.metrics_stale_seconds, clock),
+            store.paths,
+            store.latest,
+            settings.metrics_stale_seconds,
+            clock,
+        ),
     )
+    services.replica = replica
+    services.storing = storing
+    services.wakeup = wakeup
     # Alert hooks: validated here (HookConfigError names the key), fed by the detection loop's
     # listener seam; each hook has its own queue so a failing one never blocks detection or ingest.
     hooks = HookDispatcher.from_settings(settings, registry)
@@ -99,15 +139,34 @@ def _lifespan(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         s = services
         s.schema_revision = await anyio.to_thread.run_sync(db.prepare, s.store.engine)
+        # PostgreSQL's time partitions for now and ahead, before the first batch (a start days after
+        # the migration would otherwise put points in the default partition until maintenance runs).
+        await anyio.to_thread.run_sync(s.store.maintenance.prepare, s.clock())
         await anyio.to_thread.run_sync(s.store.latest.load)
         await anyio.to_thread.run_sync(bootstrap_token, s.store.tokens, s.settings.bootstrap_token_file, s.clock)
         await hooks.start()
-        if detector_factory is not None:
-            detector = detector_factory(s.settings, s.store.topology)
-            s.detection = DetectionLoop(s.store.stream, s.store.incidents, detector, s.metrics, listeners, s.clock)
+        s.wakeup.bind()
+        if s.replica is not None:
+            # Detection runs on the replica elected correlator only, over every partition.
+            async def correlate() -> None:
+                assert s.replica is not None
+                if detector_factory is not None:
+                    warmup = s.settings.replica.warmup_seconds
+                    await _start_detection(s, detector_factory, listeners, s.replica.stream(), warmup)
+                    await _detection_loop(s)
+
+            s.tasks.append(asyncio.create_task(s.replica.run(s, correlate), name="replica"))
+        elif detector_factory is not None:
+            await _start_detection(s, detector_factory, listeners, s.store.stream)
             s.tasks.append(asyncio.create_task(_detection_loop(s)))
         s.tasks.append(asyncio.create_task(_maintenance_loop(s)))
         s.tasks.append(asyncio.create_task(_latest_flush_loop(s)))
+        s.tasks.append(asyncio.create_task(_topology_watch_loop(s)))
+        if s.settings.bus.url and s.replica is None:
+            from fabricd.server.bus_consumer import BusConsumer
+
+            s.bus = BusConsumer(s.settings.bus, s.ingestor)
+            s.tasks.append(asyncio.create_task(s.bus.run(), name="bus-consumer"))
         logs.event(
             log,
             logging.INFO,
@@ -131,6 +190,34 @@ def _lifespan(
     return lifespan
 
 
+async def _start_detection(
+    s: Services,
+    detector_factory: DetectorFactory,
+    listeners: Sequence[IncidentListener],
+    stream: SampleSource | CursorSource,
+    warmup_seconds: float = 0.0,
+) -> None:
+    # Incidents name the jobs they hurt (fabricd/server/jobattribution.py), whatever the detector.
+    # Ranks slower than their peers (NCCL Inspector) are stragglers too (fabricd/server/rankstragglers.py).
+    inner = RankStragglerDetector(detector_factory(s.settings, s.routed))  # with traced routes
+    detector = JobAttribution(inner, s.store.jobs, s.routed)
+    # Settlement waits for the nodes heard from recently, as if they had delivered (a restart).
+    recent = s.clock() - s.settings.node_stale_seconds
+    nodes = [n.name for n in await anyio.to_thread.run_sync(s.store.inventory.nodes) if n.last_seen > recent]
+    s.detection = await anyio.to_thread.run_sync(
+        lambda: DetectionLoop(
+            stream,
+            s.store.incidents,
+            detector,
+            s.metrics,
+            listeners,
+            s.clock,
+            nodes=nodes,
+            warmup_seconds=warmup_seconds,
+        )
+    )
+
+
 def _safe_url(s: Services) -> str:
     return s.store.engine.url.render_as_string(hide_password=True)
 
@@ -140,12 +227,28 @@ async def _detection_loop(s: Services) -> None:
     while True:
         try:
             # Catch up in chunks, then wait: a backlog after a restart drains without sleeping.
+            # step() also runs when nothing is new: settlement moves on as time passes.
             while await anyio.to_thread.run_sync(s.detection.step):
                 pass
         except Exception:
             s.metrics.detection_errors.inc()
             log.exception("detection step failed; retrying")
-        await asyncio.sleep(s.settings.detection_interval_seconds)
+        await s.wakeup.wait(s.settings.detection_interval_seconds)  # a stored batch wakes it sooner
+
+
+async def _topology_watch_loop(s: Services) -> None:
+    from fabricd.server.topology_watch import TopologyWatch
+
+    def gauge(kind: str, value: float) -> None:
+        s.metrics.topology_changes.labels(kind).set(value)
+
+    watch = TopologyWatch(s.store.latest, s.store.topology, s.settings.metrics_stale_seconds, gauge)
+    while True:
+        await asyncio.sleep(s.settings.topology_watch_seconds)
+        try:
+            await anyio.to_thread.run_sync(watch.step, s.clock())
+        except Exception:
+            log.exception("topology watch failed; retrying next interval")
 
 
 async def _latest_flush_loop(s: Services) -> None:
@@ -170,6 +273,8 @@ async def _maintenance_loop(s: Services) -> None:
     st = s.settings
     while True:
         await asyncio.sleep(st.maintenance_interval_seconds)
+        if s.replica is not None and not s.replica.leading:
+            continue  # among replicas the correlator alone downsamples and expires (once, not N times)
         try:
             report = await anyio.to_thread.run_sync(
                 lambda: s.store.maintenance.run(
@@ -179,6 +284,10 @@ async def _maintenance_loop(s: Services) -> None:
         except Exception:
             log.exception("store maintenance failed; retrying next interval")
             continue
+        try:  # ended jobs leave with the points of their time (docs/jobs.md, Privacy)
+            await anyio.to_thread.run_sync(s.store.jobs.expire, s.clock() - st.retention_seconds)
+        except Exception:
+            log.exception("expiring ended jobs failed; retrying next interval")
         s.metrics.maintenance_deleted.inc(report.deleted_points)
         s.metrics.maintenance_downsampled.inc(report.downsampled_points)
         logs.event(

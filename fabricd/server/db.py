@@ -95,6 +95,9 @@ def current_revision(engine: Engine) -> str | None:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
+MIGRATION_LOCK = 0x66616272  # "fabr": the advisory lock key migrations hold on PostgreSQL
+
+
 def prepare(engine: Engine) -> str:
     """Upgrade to head (idempotent); refuse a newer schema. Returns the revision now in place."""
     script = ScriptDirectory.from_config(alembic_config())
@@ -112,6 +115,9 @@ def prepare(engine: Engine) -> str:
     if head is not None and current == head:
         return head
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Replicas start together: one migrates, the others wait here and then find it done.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         cfg = alembic_config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")

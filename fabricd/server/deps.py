@@ -77,6 +77,18 @@ def topology(svc: Svc) -> p.TopologyStore:
     return svc.store.topology
 
 
+def routed_topology(svc: Svc) -> p.TopologyReader:
+    return svc.routed
+
+
+def paths(svc: Svc) -> p.PathReader:
+    return svc.store.paths
+
+
+def jobs(svc: Svc) -> p.JobReader:
+    return svc.store.jobs
+
+
 def stream(svc: Svc) -> p.SampleSource:
     return svc.store.stream
 
@@ -90,7 +102,10 @@ IncidentActionsDep = Annotated[p.IncidentActions, Depends(incident_actions)]
 TokensDep = Annotated[p.TokenAdmin, Depends(tokens)]
 TopologyDep = Annotated[p.TopologyReader, Depends(topology)]
 TopologyStoreDep = Annotated[p.TopologyStore, Depends(topology)]
+RoutedTopologyDep = Annotated[p.TopologyReader, Depends(routed_topology)]
+PathsDep = Annotated[p.PathReader, Depends(paths)]
 StreamDep = Annotated[p.SampleSource, Depends(stream)]
+JobsDep = Annotated[p.JobReader, Depends(jobs)]
 
 
 def when(svc: Services, name: str, value: str | None) -> float | None:

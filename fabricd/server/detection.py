@@ -2,7 +2,13 @@
 
 Ingest only writes; this loop reads the stored stream with a persisted cursor
 (``SampleSource.read``), so a slow detector delays incidents, never ingest, and a restart resumes
-where it stopped. The detector itself (``fabricd/detect/``) is plugged in through
+where it stopped. The detector settles what it is given in event time (``fabricd.detect.settle``):
+it evaluates a moment only once every live node has delivered it, so the loop hands it every
+delivery with the processing time it arrived at, and ticks it even when nothing arrived (a silent
+node is left out once its lateness has passed). The cursor is saved only past deliveries whose
+samples were all evaluated, so a restart re-reads what the detector still held.
+
+The detector itself (``fabricd/detect/``) is plugged in through
 ``create_app(settings, detector_factory=...)``.
 """
 
@@ -10,22 +16,51 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fabricd import logs
-from fabricd.model import Incident, Sample
+from fabricd.detect.settle import SettlementState
+
+if TYPE_CHECKING:
+    from fabricd.detect.engine import DetectionEngine
+    from fabricd.detect.settle import SettleParams
+from fabricd.model import Incident
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store.protocols import IncidentSink, SampleSource, TopologyReader
-from fabricd.server.store.records import NotFound
+from fabricd.server.store.records import Delivery, NotFound
 from fabricd.settings import ServerSettings
 
 log = logging.getLogger("fabricd.server.detection")
 CURSOR = "detection"
+REFRESH_SECONDS = 30.0  # event time between two writes of an ongoing incident's updated_ts
 
 
 class Detector(Protocol):
-    def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]: ...
+    def expect(self, nodes: Iterable[str], now: float) -> None: ...
+
+    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]: ...
+
+    def settled(self) -> float | None: ...
+
+    def settlement(self) -> SettlementState: ...
+
+
+class CursorSource(Protocol):
+    """A sample source whose cursor is not one point id (``PartitionedStream``: one per partition)."""
+
+    def read(self, cursor: Any, limit: int = 20_000, upto: Any = None) -> tuple[list[Delivery], Any]: ...
+
+    def rewind(self, cursor: Any, since_ts: float) -> Any:
+        """The cursor before the first point stored since ``since_ts`` (at most ``cursor``)."""
+        ...
+
+    def backlog(self, cursor: Any) -> int: ...
+
+    def cursor(self, name: str) -> Any: ...
+
+    def save_cursor(self, name: str, position: Any) -> None: ...
 
 
 DetectorFactory = Callable[[ServerSettings, TopologyReader], Detector]
@@ -36,35 +71,98 @@ IncidentListener = Callable[[int, str, Incident], None]
 class DetectionLoop:
     def __init__(
         self,
-        stream: SampleSource,
+        stream: SampleSource | CursorSource,
         incidents: IncidentSink,
         detector: Detector,
         metrics: ServerMetrics,
         listeners: Sequence[IncidentListener] = (),
         clock: Callable[[], float] = time.time,
         chunk: int = 20_000,
+        nodes: Iterable[str] = (),
+        warmup_seconds: float = 0.0,
     ) -> None:
         self.stream, self.incidents, self.detector, self.metrics = stream, incidents, detector, metrics
         self.listeners, self.clock, self.chunk = list(listeners), clock, chunk
-        self.cursor = stream.cursor(CURSOR)
+        self.cursor: Any = stream.cursor(CURSOR)  # read up to here
+        self.saved: Any = self.cursor  # evaluated up to here (what a restart resumes from)
+        # A correlator taking over rebuilds the engine's state (windows, ``for``, baselines, the open
+        # incidents) from the points of the last ``warmup_seconds`` up to the saved cursor, writing
+        # nothing: the previous correlator wrote what they yield (fabricd/server/replica.py).
+        self._warm: Any = None
+        if warmup_seconds > 0:
+            self._warm = self.cursor
+            self.cursor = cast(CursorSource, stream).rewind(self.cursor, clock() - warmup_seconds)
+        self._held: deque[tuple[Any, float]] = deque()  # (cursor after a chunk, newest event time in it)
+        self._late_seen = 0
+        self._written: dict[str, float] = {}  # incident key -> updated_ts last stored
+        detector.expect(nodes, clock())
 
     def step(self) -> int:
-        """Process one chunk of stored samples; returns how many (0 = caught up)."""
+        """Read one chunk of stored samples and evaluate what settled; returns how many were read
+        (0 = caught up). Called also when nothing is new: settlement moves on with time."""
+        if self._warm is not None:
+            return self._warm_step()
         deliveries, cursor = self.stream.read(self.cursor, self.chunk)
-        samples = [(d.node, s) for d in deliveries for s in d.samples]
-        if not samples:
-            self.metrics.detection_backlog.set(0)
-            return 0
-        incidents = self.detector.process(samples)
+        count = sum(len(d.samples) for d in deliveries)
         now = self.clock()
-        for inc in incidents:
+        whole = count < self.chunk  # a full chunk may have cut a delivery: its last scrape may be partial
+        for inc in self.detector.deliver(deliveries, now, whole):
             iid, transition = self.incidents.upsert(inc)
             self._notify(iid, transition, inc)
+            self._written[inc.key] = inc.updated_ts
+        self._refresh()
+        if count:
+            self._held.append((cursor, max(s.ts for d in deliveries for s in d.samples)))
+            self.cursor = cursor
+        self._save(now)
+        return count
+
+    def _warm_step(self) -> int:
+        """One chunk of the warm-up: fed to the detector, its incidents dropped (already stored)."""
+        deliveries, cursor = cast(CursorSource, self.stream).read(self.cursor, self.chunk, upto=self._warm)
+        count = sum(len(d.samples) for d in deliveries)
+        self.detector.deliver(deliveries, self.clock(), count < self.chunk)
         self.cursor = cursor
-        self.stream.save_cursor(CURSOR, cursor)
-        self.metrics.detection_lag.set(max(0.0, now - max(s.ts for _, s in samples)))
-        self.metrics.detection_backlog.set(max(0, self.stream.head() - cursor))
-        return len(samples)
+        if not count:  # every partition is back at its saved cursor: from here on, as always
+            self._warm = None
+            self._written = {inc.key: inc.updated_ts for inc in getattr(self.detector, "incidents", list)()}
+            logs.event(log, logging.INFO, "detection state rebuilt; evaluating from the saved cursor")
+        return max(count, 1)
+
+    def _save(self, now: float) -> None:
+        settled = self.detector.settled()
+        done = None
+        while self._held and settled is not None and self._held[0][1] <= settled:
+            done = self._held.popleft()[0]
+        if done is not None:
+            self.saved = done
+            self.stream.save_cursor(CURSOR, done)
+        state = self.detector.settlement()
+        self.metrics.observe_settlement(state, now, self._late_seen)
+        self._late_seen = state.late_samples
+        self.metrics.detection_backlog.set(self.backlog())
+
+    def backlog(self) -> int:
+        """Stored points not read yet (among replicas: the partition furthest behind)."""
+        if isinstance(self.cursor, int):
+            return max(0, cast("SampleSource", self.stream).head() - self.cursor)
+        return cast(CursorSource, self.stream).backlog(self.cursor)
+
+    def _refresh(self) -> None:
+        """Store the open incidents the detector still confirms, at most every ``REFRESH_SECONDS`` of
+        event time each: their ``updated_ts`` moves while the fault goes on, which is not a change of
+        state (nobody is notified) but is what "updated" on an incident page must show."""
+        current = getattr(self.detector, "incidents", None)  # optional: a detector may keep no book
+        if current is None:
+            return
+        written: dict[str, float] = {}  # only the open ones: the map stays as small as the book
+        for inc in current():
+            last = self._written.get(inc.key, float("-inf"))
+            if inc.updated_ts - last >= REFRESH_SECONDS:
+                self.incidents.touch(inc.key, inc.updated_ts)
+                last = inc.updated_ts
+            written[inc.key] = last
+        self._written = written
 
     def _notify(self, iid: int, transition: str, inc: Incident) -> None:
         for listener in self.listeners:
@@ -74,7 +172,37 @@ class DetectionLoop:
                 logs.event(log, logging.ERROR, "incident listener failed", incident=iid, transition=transition)
 
 
-class EngineDetector:
+class EngineFeed:
+    """A ``Detector`` around a ``DetectionEngine``: the deliveries go through settlement first
+    (``fabricd.detect.feed.Detection``, the same path ``fabricd eval`` replays through)."""
+
+    def __init__(self, engine: DetectionEngine, params: SettleParams | None = None) -> None:
+        from fabricd.detect.feed import Detection
+        from fabricd.detect.settle import Settler
+
+        self.engine = engine
+        self.detection = Detection(engine, Settler(params) if params is not None else Settler())
+
+    def expect(self, nodes: Iterable[str], now: float) -> None:
+        self.detection.expect(nodes, now)
+
+    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+        for d in deliveries:
+            self.detection.offer(d.node, d.samples, now)
+        return self.detection.tick(now, whole)
+
+    def settled(self) -> float | None:
+        return self.detection.settlement().settled_ts
+
+    def settlement(self) -> SettlementState:
+        return self.detection.settlement()
+
+    def incidents(self) -> list[Incident]:
+        """The engine's incidents not yet resolved (``updated_ts``: last confirmed)."""
+        return self.engine.incidents()
+
+
+class EngineDetector(EngineFeed):
     """The default detector: ``fabricd.detect``'s engine, following the topology stored in the service.
 
     The topology (``PUT /api/v1/topology``) is re-read when it changes, checked at most every
@@ -86,16 +214,21 @@ class EngineDetector:
         self, settings: ServerSettings, topology: TopologyReader, topology_check_seconds: float = 10.0
     ) -> None:
         from fabricd.detect.engine import DetectionEngine
+        from fabricd.detect.settle import SettleParams
 
-        self.engine = DetectionEngine(rule_paths=[settings.rules_dir] if settings.rules_dir else None)
+        cfg = settings.settlement
+        super().__init__(
+            DetectionEngine(rule_paths=[settings.rules_dir] if settings.rules_dir else None),
+            SettleParams(cfg.step_seconds, cfg.lateness_seconds, cfg.slack),
+        )
         self.topology = topology
         self.topology_check_seconds = topology_check_seconds
         self._topology_ts: float | None = None
         self._next_check = 0.0
 
-    def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
+    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
         self._refresh_topology()
-        return self.engine.process(samples)
+        return super().deliver(deliveries, now, whole)
 
     def _refresh_topology(self) -> None:
         from fabricd.topology import from_doc, routes_of

@@ -9,17 +9,19 @@ here: the detection loop reads what ingest stored (``store/stream.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import anyio.to_thread
 
 from fabricd import wire
-from fabricd.model import Batch, Reading
+from fabricd.model import Batch, Reading, Sample
 from fabricd.server.auth import Principal, require_ingest_role, require_node
 from fabricd.server.errors import ApiError
+from fabricd.server.jobreports import split_jobs
 from fabricd.server.metrics import ServerMetrics
-from fabricd.server.store.protocols import BatchSink
+from fabricd.server.pathreports import split_paths
+from fabricd.server.store.protocols import BatchSink, JobSink, PathSink
 from fabricd.server.store.records import IngestResult, SeriesLimitExceeded
 from fabricd.settings import LimitSettings
 
@@ -165,9 +167,18 @@ class Ingestor:
     """Counts in-flight batches for load shedding and turns store outcomes into metrics."""
 
     def __init__(
-        self, sink: BatchSink, limits: LimitSettings, metrics: ServerMetrics, clock: Callable[[], float] = time.time
+        self,
+        sink: BatchSink,
+        limits: LimitSettings,
+        metrics: ServerMetrics,
+        clock: Callable[[], float] = time.time,
+        jobs: JobSink | None = None,
+        on_stored: Callable[[str, Sequence[Sample]], None] = lambda _node, _samples: None,
+        paths: PathSink | None = None,
     ) -> None:
         self.sink, self.limits, self.metrics, self.clock = sink, limits, metrics, clock
+        self.jobs, self.paths = jobs, paths
+        self.on_stored = on_stored  # the fleet summaries of /metrics (FleetSignals.observe)
         self.in_flight = 0
 
     async def handle(
@@ -213,18 +224,41 @@ class Ingestor:
         self._count(result)
         return result
 
+    def ingest_body(self, principal: Principal, body: Body) -> IngestResult:
+        """The same path for a body that came another way than an HTTP request (the bus
+        consumer): decode, check, store, count; an ``ApiError`` says why it was refused."""
+        try:
+            with self.metrics.duration.time():
+                result = self._decode_and_store(principal, body)
+        except ApiError as exc:
+            self.metrics.rejected.labels(exc.code).inc()
+            raise
+        self._count(result)
+        return result
+
     def _decode_and_store(self, principal: Principal, body: Body) -> IngestResult:
         batch = decode(body, self.limits)
         require_node(principal, batch.node)
         return self._store(batch)
 
     def _store(self, batch: Batch) -> IngestResult:
+        # Job info readings go to the jobs table, not to series (fabricd/server/jobreports.py); after
+        # the batch is stored, so a refused batch (retried later) records nothing twice.
+        reports, batch = split_jobs(batch) if self.jobs is not None else ([], batch)
+        traced, batch = split_paths(batch) if self.paths is not None else ([], batch)  # likewise paths
         try:
-            return self.sink.ingest(batch, self.clock(), self.limits.max_series_per_node)
+            result = self.sink.ingest(batch, self.clock(), self.limits.max_series_per_node)
         except SeriesLimitExceeded as exc:
             raise ApiError(
                 429, "series_limit", str(exc), {"Retry-After": RETRY_AFTER_SERIES_LIMIT}, limit=exc.limit, node=exc.node
             ) from exc
+        if reports and not result.duplicate and self.jobs is not None:
+            self.jobs.record(reports)
+        if traced and not result.duplicate and self.paths is not None:
+            self.paths.record(traced)
+        if not result.duplicate:
+            self.on_stored(batch.node, batch.samples)
+        return result
 
     def _count(self, result: IngestResult) -> None:
         if result.duplicate:

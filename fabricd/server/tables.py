@@ -118,6 +118,52 @@ class Incident(Base):
     affected: Mapped[list[Any]] = mapped_column(JSON, default=list)
     evidence: Mapped[list[Any]] = mapped_column(JSON, default=list)
     timeline: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [[ts, text, actor], ...] append-only
+    # [{"id", "user", "name", "nodes"}, ...]: the jobs whose traffic crosses the element (fabricd.jobmap)
+    affected_jobs: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # localization could not tell its candidates apart (docs/detection.md, "Partial knowledge")
+    ambiguous: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class TracedPath(Base):
+    """The path one probed pair's 5-tuple took, as its agent last traced it (hop addresses raw).
+
+    ``version`` counts the different paths seen (a re-trace finding the same hops only moves
+    ``traced_ts``); ``changed_ts`` is when the current one was first traced. Event times."""
+
+    __tablename__ = "paths"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    peer: Mapped[str] = mapped_column(String(128), primary_key=True)
+    src: Mapped[str] = mapped_column(String(64), default="")
+    src_port: Mapped[int] = mapped_column(Integer, default=0)
+    dst: Mapped[str] = mapped_column(String(64), default="")
+    dst_port: Mapped[int] = mapped_column(Integer, default=0)
+    hops: Mapped[list[Any]] = mapped_column(JSON, default=list)  # addresses in TTL order, null: silent
+    reached: Mapped[bool] = mapped_column(Boolean, default=False)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    changed_ts: Mapped[float] = mapped_column(Float)
+    traced_ts: Mapped[float] = mapped_column(Float)
+
+
+class JobNode(Base):
+    """One job on one node, as that node's agent reported it (event time); a job is its rows.
+
+    Kept out of ``series``: a job per node per day would grow the series table (and the
+    per-node series limit) without bound. ``ended_ts`` is set when the node's agent stops
+    reporting the job (the epilog removed its file; its processes are gone)."""
+
+    __tablename__ = "jobs"
+
+    job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128), primary_key=True, index=True)
+    scheduler: Mapped[str] = mapped_column(String(32), default="")
+    user: Mapped[str] = mapped_column(String(128), default="")
+    name: Mapped[str] = mapped_column(String(128), default="")
+    gpus: Mapped[str] = mapped_column(String(256), default="")  # "0,1,2": indices on this node
+    hcas: Mapped[str] = mapped_column(Text, default="")  # "mlx5_0,mlx5_3": "" = unknown (all the node's)
+    first_ts: Mapped[float] = mapped_column(Float)
+    last_ts: Mapped[float] = mapped_column(Float)
+    ended_ts: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
 
 
 class Token(Base):

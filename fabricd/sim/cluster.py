@@ -34,6 +34,7 @@ class SimCluster:
     epoch: float  # event time of scenario time 0
     sim: Simulation
     writers: dict[str, NodeWriter] = field(default_factory=dict)
+    phases: dict[str, float] | None = None  # the nodes' scrape phases, when this process sets them (replays)
 
     @property
     def nodes(self) -> list[str]:
@@ -52,7 +53,7 @@ class SimCluster:
         return self.node_dir(node) / "nccl" / "next.txt"
 
     def truths(self) -> list[Truth]:
-        return truths(self.sim.fabric, self.epoch)
+        return truths(self.sim.fabric, self.epoch, self.phases)
 
     def routes(self) -> dict[tuple[str, str], list[str]]:
         """Where each probed pair's packets go (the switches' ECMP hash model): routing, not faults.

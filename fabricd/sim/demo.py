@@ -75,6 +75,7 @@ class Demo:
                 "--data-dir",
                 str(self.options.data_dir / "central"),
                 "--no-auth",
+                "--metrics-fleet-view",  # a small site: every node's series on the central's /metrics too
             ],
         )
         wait_healthy(self.url, timeout_seconds=30.0, procs=self.procs)
@@ -150,7 +151,7 @@ def _start_fixture_cluster(demo: Demo) -> list[str]:
     return ["demo-node-001"]
 
 
-def _start_simulated_cluster(demo: Demo) -> list[str]:
+def start_simulated_cluster(demo: Demo) -> list[str]:
     from fabricd.sim import live
     from fabricd.topology import to_doc
 
@@ -241,7 +242,7 @@ def run(options: DemoOptions) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     try:
         demo.start_server()
-        nodes = _start_fixture_cluster(demo) if options.fixture else _start_simulated_cluster(demo)
+        nodes = _start_fixture_cluster(demo) if options.fixture else start_simulated_cluster(demo)
         print(_banner(demo, nodes), flush=True)
         deadline = None if options.duration_seconds is None else time.monotonic() + options.duration_seconds
         while not stop["now"] and (deadline is None or time.monotonic() < deadline):

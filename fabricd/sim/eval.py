@@ -1,11 +1,10 @@
-"""``fabricd eval``: replay scenarios in event time through the production pipeline and score it.
+"""``fabricd eval``: replay scenarios through the production pipeline, delivered as live, and score it.
 
-For each scrape of the scenario (every ``interval`` of simulated time) the simulated hosts' files
-move on (``fabricd.sim.cluster``), then the *same* collectors the agent runs read them (built by
-``fabricd.collector.build_collectors``; only side effects are swapped through their typed
-factories: the clocks, the NCCL-tests command runner, the probe sender and the read worker), then
-the agent's ``ScrapePipeline`` turns readings into samples, and ``DetectionEngine.process`` sees them as the central service does. Nothing in a
-collector or detector knows it is simulated; the ground truth is only read here, afterwards.
+The replay (``fabricd.sim.replay``) runs the agent's collectors and pipeline on every simulated
+node at its own scrape phase, delivers the batches with a delay, and feeds the central's detection
+path (settlement, then the engine). Nothing in a collector or detector knows it is simulated; the
+ground truth is only read here, afterwards. ``fabricd eval --live`` (``fabricd.sim.live_eval``)
+scores a real run of the server and agents with the same functions.
 
 Scoring (docs/simulator.md):
 
@@ -22,31 +21,22 @@ Scoring (docs/simulator.md):
 from __future__ import annotations
 
 import asyncio
-import resource
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import repeat
 from pathlib import Path
 from typing import Any, TextIO
 
-from fabricd import gctune
-from fabricd.clock import ManualClock
-from fabricd.collector import Collector, CollectorFactories
-from fabricd.command import CommandResult
-from fabricd.model import Incident, Reading, Sample
-from fabricd.pipeline import ScrapePipeline
-from fabricd.progress import Step, progress, quiet
-from fabricd.sim.cluster import SimCluster, create
-from fabricd.sim.probes import model_prober
+from fabricd.model import Incident
+from fabricd.progress import progress
+from fabricd.sim.jobs import JOB_COUNTS, job_metrics, score_jobs
+from fabricd.sim.replay import EPOCH, replay
 from fabricd.sim.scenario import Scenario, load
 from fabricd.sim.truth import MATCHING_KINDS, Truth
 
-EPOCH = 1_700_000_000.0  # event time of scenario time 0 in replays (fixed: runs are deterministic)
 LATE_INTERVALS = 3  # an incident first reported this long after a fault's end can still be its detection
 DEADLINE_INTERVALS = 2  # issue 7: detection within 2 scrape intervals after symptoms reach the counters
-FD_RESERVE = 2048  # file descriptors left for everything but the collectors' open counter files
 
 
 @dataclass(frozen=True)
@@ -75,10 +65,15 @@ class ScenarioResult:
     scrapes: int = 0
     samples: int = 0
     wall_seconds: float = 0.0
-    detect_seconds: float = 0.0  # time inside DetectionEngine.process (the bench's detection rate)
+    detect_seconds: float = 0.0  # time inside settlement and the engine (the bench's detection rate)
+    late_samples: int = 0  # samples that arrived after their moment was settled (folded in)
+    opened: list[dict[str, Any]] = field(default_factory=list)  # every incident: kind, element, first_ts
+    matches: dict[int, list[tuple[float, Incident]]] = field(default_factory=dict)  # truth index -> incidents
+    jobs: dict[str, int] = field(default_factory=lambda: dict.fromkeys(JOB_COUNTS, 0))  # fabricd.sim.jobs
 
     def metrics(self) -> dict[str, Any]:
-        return _metrics(self.faults, self.incidents, self.matched_incidents, len(self.false_positives))
+        out = _metrics(self.faults, self.incidents, self.matched_incidents, len(self.false_positives))
+        return {**out, **job_metrics(self.jobs)}
 
 
 def _metrics(faults: Sequence[FaultResult], incidents: int, matched: int, fps: int) -> dict[str, Any]:
@@ -92,151 +87,15 @@ def _metrics(faults: Sequence[FaultResult], incidents: int, matched: int, fps: i
     }
 
 
-# --- the replay ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Node:
-    name: str
-    collectors: dict[str, Collector]
-    pipeline: ScrapePipeline
-
-
-def _collector_options(cluster: SimCluster, node: str, fd_budget: int) -> dict[str, dict[str, Any]]:
-    # The agent config `fabricd sim` prints; the probe ports are placeholders, since the pingmesh
-    # collector gets a path-model prober (``_build_nodes``) instead of a UDP socket.
-    ports = {(p.src, p.dst): 7 for p in cluster.sim.fabric.probes if p.src == node}
-    cfg = cluster.collectors_config(node, probe_ports=ports)
-    cfg["infiniband"] = {"max_open_files": fd_budget}
-    return cfg
-
-
-class _ModelRunner:
-    """The NCCL collector's command runner: prints what the stand-in command would print now."""
-
-    def __init__(self, cluster: SimCluster, node: str, clock: ManualClock) -> None:
-        self.cluster, self.node, self.clock = cluster, node, clock
-
-    async def run(self, argv: Sequence[str], timeout_seconds: float) -> CommandResult:
-        del argv, timeout_seconds
-        text = self.cluster.nccl_output(self.node, self.clock.now - self.cluster.epoch)
-        return CommandResult(text, 0, duration_seconds=1.0)
-
-
-def _factories(cluster: SimCluster, node: str, clock: ManualClock) -> tuple[CollectorFactories, ...]:
-    """The simulated side effects of one node: event-time clocks, the stand-in NCCL runs, path-model
-    probes, and reads of tmpfs inline (``fabricd.worker.InlineWorker``)."""
-    from collectors.infiniband import InfinibandFactories
-    from collectors.nccl import NcclFactories
-    from collectors.pingmesh import PingmeshFactories
-    from fabricd.worker import InlineWorker
-
-    return (
-        NcclFactories(runner=lambda: _ModelRunner(cluster, node, clock), monotonic=clock.time, wall_clock=clock.time),
-        PingmeshFactories(
-            prober=lambda targets, _timeout_ns: model_prober(cluster.sim, node, targets, lambda: int(clock.now * 1e9))
-        ),
-        InfinibandFactories(worker=InlineWorker),
-    )
-
-
-def _build_nodes(cluster: SimCluster, clock: ManualClock) -> list[Node]:
-    from collectors import REGISTRY
-    from fabricd.collector import build_collectors
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    budget = max(0, min(1024, (soft - FD_RESERVE) // max(1, len(cluster.nodes))))
-    nodes = []
-    for name in cluster.nodes:
-        collectors = build_collectors(
-            _collector_options(cluster, name, budget),
-            node=name,
-            sysfs_root=cluster.sysfs_root(name),
-            registry=REGISTRY,
-            factories=_factories(cluster, name, clock),
-        )
-        nodes.append(Node(name, collectors, ScrapePipeline()))
-    return nodes
-
-
-async def _scrape(nodes: list[Node], ts: float) -> list[tuple[str, Sample]]:
-    results = await asyncio.gather(*(_collect_node(n) for n in nodes))
-    batch: list[tuple[str, Sample]] = []
-    for node, readings in zip(nodes, results, strict=True):
-        batch.extend(zip(repeat(node.name), node.pipeline.samples(ts, readings)))
-    return batch
-
-
-async def _collect_node(node: Node) -> list[Reading]:
-    # In order and without the agent's runner: event time is the clock's, and a replay has no
-    # hung reads to bound (every read is of tmpfs).
-    out: list[Reading] = []
-    for collector in node.collectors.values():
-        out.extend(await collector.collect())
-    return out
-
-
-async def _close(nodes: list[Node]) -> None:
-    from fabricd.collector import close_collectors
-
-    for node in nodes:
-        await close_collectors(node.collectors.values())
-
-
-@dataclass
-class Replay:
-    truths: list[Truth]
-    seen: dict[str, tuple[float, Incident]]  # incident key -> (first report ts, last version)
-    scrapes: int
-    samples: int
-    detect_seconds: float
-
-
-async def replay(scenario: Scenario, workdir: Path, step: Step = quiet) -> Replay:
-    """Run one scenario through the collectors, the rate engine and the detection engine."""
-    # A replay allocates millions of short-lived readings and samples beside a large long-lived
-    # state; with the default GC thresholds the collector took a third of ``eval large``.
-    with gctune.raised():
-        return await _replay(scenario, workdir, step)
-
-
-async def _replay(scenario: Scenario, workdir: Path, step: Step) -> Replay:
-    from fabricd.detect.engine import DetectionEngine
-
-    cluster = create(scenario, workdir, EPOCH)
-    clock = ManualClock(EPOCH)
-    engine = DetectionEngine()
-    engine.set_topology(cluster.sim.fabric.topology, cluster.routes())
-    nodes = _build_nodes(cluster, clock)
-    seen: dict[str, tuple[float, Incident]] = {}
-    ticks = int(scenario.duration // scenario.interval)
-    samples = 0
-    detect_seconds = 0.0
-    try:
-        for k in range(ticks + 1):
-            t = k * scenario.interval
-            cluster.advance_to(t)
-            clock.now = EPOCH + t
-            batch = await _scrape(nodes, clock.now)
-            samples += len(batch)
-            started = time.perf_counter()
-            changed = engine.process(batch)
-            detect_seconds += time.perf_counter() - started
-            for inc in changed:
-                first = seen[inc.key][0] if inc.key in seen else clock.now
-                seen[inc.key] = (first, inc)
-            await asyncio.sleep(0)  # let started NCCL runs finish before the next scrape
-            step(note=f"{t:.0f}/{scenario.duration:.0f} s simulated, {len(seen)} incident(s)")
-    finally:
-        await _close(nodes)
-    return Replay(cluster.truths(), seen, ticks + 1, samples, detect_seconds)
-
-
 # --- scoring ------------------------------------------------------------------------------------
 
 
 def score(name: str, interval: float, truths: list[Truth], seen: dict[str, tuple[float, Incident]]) -> ScenarioResult:
     result = ScenarioResult(name, incidents=len(seen))
+    result.opened = [
+        {"kind": inc.kind.value, "element": inc.element, "first_ts": first}
+        for first, inc in sorted(seen.values(), key=lambda x: (x[0], x[1].key))
+    ]
     matches: dict[int, list[tuple[float, Incident]]] = {t.index: [] for t in truths}
     for first, inc in sorted(seen.values(), key=lambda x: x[0]):
         truth = _match(inc, first, truths, interval)
@@ -247,6 +106,7 @@ def score(name: str, interval: float, truths: list[Truth], seen: dict[str, tuple
             matches[truth.index].append((first, inc))
     for truth in truths:
         result.faults.append(_fault_result(name, truth, matches[truth.index], interval))
+    result.matches = matches
     return result
 
 
@@ -306,6 +166,9 @@ def evaluate(scenario: Scenario, show_progress: bool = False, stream: TextIO | N
             run = asyncio.run(replay(scenario, Path(tmp)))
     result = score(scenario.name, scenario.interval, run.truths, run.seen)
     result.scrapes, result.samples, result.detect_seconds = run.scrapes, run.samples, run.detect_seconds
+    result.late_samples = run.late_samples
+    topo = scenario.build_topology()
+    result.jobs = score_jobs(scenario, topo, EPOCH, run.truths, result.matches, result.false_positives)
     result.wall_seconds = time.perf_counter() - started
     return result
 
@@ -321,21 +184,28 @@ def report(results: Sequence[ScenarioResult]) -> dict[str, Any]:
     incidents = sum(r.incidents for r in results)
     matched = sum(r.matched_incidents for r in results)
     fps = sum(len(r.false_positives) for r in results)
-    out = _metrics(faults, incidents, matched, fps)
+    out = {**_metrics(faults, incidents, matched, fps), **job_metrics(_job_totals(results))}
     out["faults"] = [asdict(f) for f in faults]
     out["scenarios"] = {
         r.name: {
             **r.metrics(),
             "incidents": r.incidents,
             "false_positive_incidents": r.false_positives,
+            "job_counts": r.jobs,
             "scrapes": r.scrapes,
             "samples": r.samples,
             "wall_seconds": round(r.wall_seconds, 3),
             "detect_seconds": round(r.detect_seconds, 3),
+            "late_samples": r.late_samples,
+            "opened": r.opened,
         }
         for r in results
     }
     return out
+
+
+def _job_totals(results: Sequence[ScenarioResult]) -> dict[str, int]:
+    return {key: sum(r.jobs[key] for r in results) for key in JOB_COUNTS}
 
 
 def render_text(rep: dict[str, Any]) -> str:
@@ -353,6 +223,7 @@ def render_text(rep: dict[str, Any]) -> str:
     for name, s in rep["scenarios"].items():
         lines.append(_summary_line(name, s) + f" {s['wall_seconds']:>6.1f}s")
     lines.append(_summary_line("overall", rep))
+    lines.append(f"job attribution: precision {rep['job_precision']:.2f}, recall {rep['job_recall']:.2f}")
     return "\n".join(lines) + "\n"
 
 

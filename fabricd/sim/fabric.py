@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from fabricd.sim.scenario import Scenario
-from fabricd.topology import Topology
+from fabricd.topology import Topology, fat_tree
 
 # Bytes per packet of RDMA traffic: the 4096-byte IB/RoCE path MTU that NCCL uses.
 MTU_BYTES = 4096
@@ -54,6 +54,12 @@ class Fabric:
     flows: list[Flow] = field(default_factory=list)
     probes: list[ProbePair] = field(default_factory=list)
     flows_from: dict[str, list[Flow]] = field(default_factory=dict)
+    # element id -> the id it has under the default names (node-001, leaf-01): what the simulator
+    # hashes and orders by, so ``topology.names`` relabels a scenario without changing what happens
+    canonical: dict[str, str] = field(default_factory=dict)
+
+    def key(self, element: str) -> str:
+        return self.canonical.get(element, element)
 
     @property
     def ports(self) -> list[str]:
@@ -65,7 +71,7 @@ class Fabric:
         src_leaf, dst_leaf = self.leaf_of[src_port], self.leaf_of[dst_port]
         if src_leaf == dst_leaf:
             return (up, down)
-        spine = self.spines[stable_hash(src_port, dst_port) % len(self.spines)]
+        spine = self.spines[stable_hash(self.key(src_port), self.key(dst_port)) % len(self.spines)]
         return (up, f"{src_leaf}~{spine}", f"{dst_leaf}~{spine}", down)
 
     def rail_port(self, node: str, rail: int) -> str:
@@ -92,7 +98,8 @@ class Fabric:
 
 def build(scenario: Scenario) -> Fabric:
     topo = scenario.build_topology()
-    nodes = sorted(topo.nodes)
+    canonical = _canonical(scenario, topo)
+    nodes = sorted(topo.nodes, key=lambda n: canonical[n])
     ports_of = {n: sorted(topo.nodes[n], key=_device_order) for n in nodes}
     host_link: dict[str, str] = {}
     leaf_of: dict[str, str] = {}
@@ -101,15 +108,29 @@ def build(scenario: Scenario) -> Fabric:
             host_link[link.a] = link.id
             leaf_of[link.a] = link.b
             leaf_of[topo.hca_ports[link.a].node] = link.b
-    spines = sorted(s.id for s in topo.switches.values() if s.tier == "spine")
+    spines = sorted((s.id for s in topo.switches.values() if s.tier == "spine"), key=lambda s: canonical[s])
     fabric = Fabric(
         scenario, topo, scenario.topology.rate_gbps * 125_000_000.0, nodes, leaf_of, ports_of, host_link, spines
     )
+    fabric.canonical = canonical
     fabric.flows = _flows(fabric, random.Random(scenario.seed))
     fabric.probes = _probe_pairs(fabric)
     for flow in fabric.flows:
         fabric.flows_from.setdefault(flow.src, []).append(flow)
     return fabric
+
+
+def _canonical(scenario: Scenario, topo: Topology) -> dict[str, str]:
+    """Each element's id under the default names: ``fat_tree`` builds both in the same order."""
+    t = scenario.topology
+    default = fat_tree(t.nodes, t.hcas_per_node, t.nodes_per_leaf, t.spines, link_layer=t.link_layer)
+    pairs = [
+        *zip(topo.nodes, default.nodes, strict=True),
+        *zip(topo.hca_ports, default.hca_ports, strict=True),
+        *zip(topo.switches, default.switches, strict=True),
+        *zip(topo.links, default.links, strict=True),
+    ]
+    return dict(pairs)
 
 
 def _device_order(port: str) -> int:
@@ -148,7 +169,7 @@ def _probe_pairs(fabric: Fabric) -> list[ProbePair]:
             if cand != node and cand not in peers:
                 peers.append(cand)
         for peer in peers:
-            rail = stable_hash(node, peer) % len(fabric.ports_of[node])
+            rail = stable_hash(fabric.key(node), fabric.key(peer)) % len(fabric.ports_of[node])
             src, dst = fabric.rail_port(node, rail), fabric.rail_port(peer, rail)
             pairs.append(ProbePair(node, peer, rail, fabric.path(src, dst)))
     return pairs

@@ -1,8 +1,8 @@
 """A simulated cluster in real time: what ``fabricd sim`` and ``fabricd demo`` run.
 
 ``start(scenario, out_dir, speed)`` lays out every node's files, then a background thread advances
-the model every ``interval / speed`` wall seconds (scenario time moves ``speed`` times faster than
-the wall clock; counters and the agents' rates follow), rewrites the changed files, refreshes each
+the model every quarter interval, ``sim_step / speed`` wall seconds (scenario time moves ``speed``
+times faster than the wall clock; counters and the agents' rates follow), rewrites the changed files, refreshes each
 node's next NCCL-tests output, and serves the pingmesh responders of every probed pair on loopback.
 ``handle.stop()`` stops the thread and closes the sockets. ``handle.agent_config(node)`` is the
 config to give ``fabricd agent --config`` for that node (with ``--sysfs-root handle.sysfs_root(node)``).
@@ -73,17 +73,17 @@ class LiveCluster:
 
     async def _tick_loop(self) -> None:
         sc = self.cluster.scenario
-        step = sc.interval / self.speed
+        step = sc.sim_step / self.speed
         started = time.monotonic()
         k = 0
-        while not self._stop.is_set() and (k + 1) * sc.interval <= sc.duration:
+        while not self._stop.is_set() and (k + 1) * sc.sim_step <= sc.duration:
             wait = started + (k + 1) * step - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(min(wait, 0.2))  # short naps: stop() answers within 0.2 s
                 continue
             k += 1
-            self.cluster.advance_to(k * sc.interval)
-            self.cluster.write_nccl(k * sc.interval)
+            self.cluster.advance_to(k * sc.sim_step)
+            self.cluster.write_nccl(k * sc.sim_step)
 
 
 def start(

@@ -39,7 +39,7 @@ def run_output(sim: Simulation, node: str, t: float) -> str:
     ranks = len(members) * gpus
     factor = sim.nccl_factor(members)
     peak = gpus * sim.fabric.line_bytes_per_second * PEAK_EFFICIENCY * factor  # bytes/s on the wire
-    rng = random.Random(stable_hash(str(sim.scenario.seed), "nccl", node, f"{t:.3f}"))
+    rng = random.Random(stable_hash(str(sim.scenario.seed), "nccl", sim.fabric.key(node), f"{t:.3f}"))
     rows = [_row(size, ranks, peak, factor, rng) for size in sizes(sim.scenario.workload.nccl_sizes)]
     avg = sum(r[1] for r in rows) / len(rows)
     return _render(members, gpus, rows, avg, rng)

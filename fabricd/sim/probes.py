@@ -19,20 +19,26 @@ import random
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 from fabricd.probe import PeerCounts, Probe, ResponderProtocol, RttSummary, Target, reply_to
 from fabricd.sim import faults as faults_mod
+from fabricd.sim.fabric import stable_hash
+from fabricd.sim.jitter import host_level, jittered, pair_offset
 from fabricd.sim.model import ProbeResult, Simulation, probe_interval
 
 
 @dataclass
 class ModelLedger:
-    """Cumulative probe counts of one pair, as the model produced them up to the last advance."""
+    """Cumulative probe counts of one pair, as the model produced them up to the last advance;
+    the RTTs of the model steps since the last scrape, with the hosts' jitter when the scenario's
+    delivery is live (``fabricd.sim.jitter``)."""
 
     sim: Simulation
     key: tuple[str, str]
     taken_step: int = -1
+    offset: float = 1.0  # the pair's fixed share of host cost
 
     def expire(self, now_ns: int) -> None:
         del now_ns  # the model's losses are final when the interval closes
@@ -42,11 +48,27 @@ class ModelLedger:
         return PeerCounts(sent, sent - lost, lost, 0, 0, 0, 0)
 
     def take_rtt(self) -> RttSummary | None:
-        result = self.sim.probe_last.get(self.key)
-        if result is None or result.rtt is None or self.taken_step == self.sim.step_index:
-            return None
+        steps = [r for i, r in self.sim.probe_log.get(self.key, ()) if i > self.taken_step and r.rtt is not None]
         self.taken_step = self.sim.step_index
-        return RttSummary(result.sent - result.lost, *result.rtt)
+        if not steps:
+            return None
+        count = sum(r.sent - r.lost for r in steps)
+        rtts = [r.rtt for r in steps if r.rtt is not None]
+        path = (
+            min(r[0] for r in rtts),
+            median(r[1] for r in rtts),
+            median(r[2] for r in rtts),
+            max(r[3] for r in rtts),
+            max(r[4] for r in rtts),
+        )
+        delivery = self.sim.scenario.delivery
+        if delivery.live:
+            seed = str(self.sim.scenario.seed), str(self.sim.step_index)
+            key = self.sim.fabric.key  # hash the default names: topology.names only relabels
+            level = host_level(delivery.host_jitter, random.Random(stable_hash(*seed, "host", key(self.key[0]))))
+            rng = random.Random(stable_hash(*seed, "jitter", *(key(k) for k in self.key)))
+            path = jittered(path, count, delivery.host_jitter, self.offset, level, rng)
+        return RttSummary(count, *path)
 
 
 @dataclass
@@ -63,9 +85,13 @@ class ModelProber:
 
 def model_prober(sim: Simulation, node: str, targets: list[Target], clock_ns: Callable[[], int]) -> ModelProber:
     prober = ModelProber(sim, node, clock_ns=clock_ns)
+    spec = sim.scenario.delivery.host_jitter
     for session, target in enumerate(targets):
         prober.targets[session] = target
-        prober.ledgers[session] = ModelLedger(sim, (node, target.name))
+        rng = random.Random(
+            stable_hash(str(sim.scenario.seed), "pair", sim.fabric.key(node), sim.fabric.key(target.name))
+        )
+        prober.ledgers[session] = ModelLedger(sim, (node, target.name), offset=pair_offset(spec, rng))
     return prober
 
 

@@ -7,6 +7,7 @@ prometheus/procfs, prometheus/node_exporter and leptonai/gpud; see their ORIGIN.
     <root>/class/infiniband/<dev>/hw_counters/<name>                  (device-level, optional)
     <root>/class/infiniband/<dev>/ports/<p>/{state,phys_state,rate,link_layer}
     <root>/class/infiniband/<dev>/ports/<p>/{counters,counters_ext,hw_counters}/<name>
+    <root>/class/infiniband/<dev>/ports/<p>/gid_attrs/ndevs/<index>   (RoCE, optional)
 
 ``root`` plays the role of ``/sys`` (node_exporter's ``--path.sysfs``). Values are written the way
 the kernel writes them: raw sysfs numbers (``port_xmit_data`` in 4-octet words, not bytes),
@@ -85,6 +86,7 @@ class PortTree:
     counters: Counters | None = field(default_factory=dict)
     counters_ext: Counters | None = None
     hw_counters: Counters | None = None
+    ndevs: Mapping[str, Value] | None = None  # gid_attrs/ndevs/<GID index>: the netdev (RoCE)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,10 @@ def _port_files(base: Path, port: PortTree) -> Iterator[tuple[Path, bytes | None
     yield from _counter_files(base / "counters", port.counters)
     yield from _counter_files(base / "counters_ext", port.counters_ext)
     yield from _counter_files(base / "hw_counters", port.hw_counters)
+    if port.ndevs is not None:
+        yield base / "gid_attrs", None
+        yield base / "gid_attrs" / "ndevs", None
+        yield from _attr_files(base / "gid_attrs" / "ndevs", port.ndevs)
 
 
 def _attr_files(base: Path, attrs: Mapping[str, Value | None]) -> Iterator[tuple[Path, bytes | None]]:

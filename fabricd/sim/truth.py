@@ -22,6 +22,7 @@ from typing import Any
 from fabricd.sim import faults as faults_mod
 from fabricd.sim.fabric import Fabric
 from fabricd.sim.scenario import FaultSpec
+from fabricd.sim.schedule import first_scrape
 
 # Incident kinds that count as detecting each fault kind.
 MATCHING_KINDS: dict[str, frozenset[str]] = {
@@ -52,12 +53,18 @@ class Truth:
         return out
 
 
-def truths(fabric: Fabric, epoch: float) -> list[Truth]:
+def truths(fabric: Fabric, epoch: float, node_phases: dict[str, float] | None = None) -> list[Truth]:
+    """The faults as run. ``node_phases``: the nodes' scrape phases when known (a replay); a live
+    run's are the agents' own, and node-local symptoms then get the latest time they can show."""
     sc = fabric.scenario
     out = []
     for i, f in enumerate(sc.faults):
         first = faults_mod.first_effect(fabric, i)
         symptom = (math.floor(first / sc.interval) + 1) * sc.interval
+        if f.kind == "straggler":
+            # the model shows a fault from the end of the first step it is active in
+            effect = (math.floor(first / sc.sim_step) + 1) * sc.sim_step
+            symptom = _straggler_symptom(sc.interval, sc.nccl_every, effect, (node_phases or {}).get(f.at))
         out.append(
             Truth(
                 i,
@@ -72,6 +79,16 @@ def truths(fabric: Fabric, epoch: float) -> list[Truth]:
             )
         )
     return out
+
+
+def _straggler_symptom(interval: float, every: float, start: float, phase: float | None) -> float:
+    """A slow node shows in its own NCCL-tests results: the first run it launches at a scrape at or
+    after ``start`` is reported at the scrape that follows the run (``every`` later). Unknown phase:
+    the latest that can be, ``start + interval + every``."""
+    if phase is None:
+        return start + interval + every
+    launch = first_scrape(phase, interval, start)
+    return first_scrape(phase, interval, launch + every)
 
 
 def correct(fabric: Fabric, f: FaultSpec) -> set[str]:

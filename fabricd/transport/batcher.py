@@ -51,6 +51,11 @@ class Batcher:
     def add(self, samples: Sequence[Sample], health: Sequence[CollectorHealth], now: float) -> list[Batch]:
         """Add one scrape's output; return the batches that became full (possibly none)."""
         full: list[Batch] = []
+        if self._samples and len(self._samples) + len(samples) > self.max_samples:
+            # A batch holds whole scrapes where it can: the central settles a node's event time by
+            # its last delivered scrape (fabricd.detect.settle), and half a scrape would be evaluated
+            # as if it were all of it. Only a scrape larger than a batch is split.
+            full.append(self._close())
         if self._opened_at is None and (samples or health):
             self._opened_at = now
         self._health.extend(health)

@@ -79,6 +79,7 @@ class Transport:
         cfg = settings.transport
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = TransportMetrics(self.registry)
+        self.sent_batches = 0  # acknowledged by the central (or the bus), for the closing log line
         self.spool = Spool(settings.spool.dir or settings.data_dir / "spool", settings.spool.max_bytes)
         self._clock = clock or SystemClock()
         self.batcher = Batcher(
@@ -146,7 +147,10 @@ class Transport:
         closer = getattr(self._poster, "aclose", None)
         if closer is not None:
             await closer()
-        logs.event(log, logging.INFO, "transport closed", spooled_batches=len(self.spool))
+        # What this process delivered in all, final once it stops: what a restart or a test accounts for.
+        logs.event(
+            log, logging.INFO, "transport closed", spooled_batches=len(self.spool), sent_batches=self.sent_batches
+        )
 
     async def _spool_leftovers(self) -> None:
         # Cancelled mid-send: the central may or may not have it; the spool re-sends with the same
@@ -307,6 +311,7 @@ class Transport:
 
     def _acknowledged(self, batch_id: str, result: SendResult) -> None:
         self.metrics.sent.inc()
+        self.sent_batches += 1
         self.metrics.last_success.set(self._clock.time())
         self.metrics.central_up.set(1)
         if result.duplicate:

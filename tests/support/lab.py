@@ -431,7 +431,15 @@ def _qdisc_stats(msg: Any) -> QdiscStats:
 # --- the bulk sender (runs as its own process inside a namespace) --------------------------------
 
 
-def blast(address: str, port: int, rate_bytes_per_second: int, seconds: float, size: int, poisson: bool = False) -> int:
+def blast(
+    address: str,
+    port: int,
+    rate_bytes_per_second: int,
+    seconds: float,
+    size: int,
+    poisson: bool = False,
+    sport: int = 0,
+) -> int:
     """Send UDP datagrams at a paced rate for a bounded time; returns how many were sent.
 
     Paced finely (what is owed every ~0.5 ms), not in big bursts: a bursty sender leaves a small FIFO
@@ -441,6 +449,8 @@ def blast(address: str, port: int, rate_bytes_per_second: int, seconds: float, s
     link rate (M/D/1/K) while leaving it room most of the time.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if sport:  # a chosen source port: the flow's ECMP path is chosen with it (the routed lab)
+        sock.bind(("", sport))
     payload = bytes(size)
     packets_per_second = rate_bytes_per_second / size
     rng = random.Random()
@@ -477,7 +487,7 @@ def sink(address: str, port: int, window_bytes: int, seconds: float) -> int:
         return total
 
 
-def stream(address: str, port: int, seconds: float) -> int:
+def stream(address: str, port: int, seconds: float, sport: int = 0) -> int:
     """Send a TCP bulk flow for a bounded time (retrying the connect while the sink starts).
 
     Congestion control is pinned to cubic, which is loss-based and so keeps all it may send in the
@@ -485,7 +495,7 @@ def stream(address: str, port: int, seconds: float) -> int:
     leaving no standing queue to see.
     """
     deadline = time.monotonic() + seconds
-    sock = _connect(address, port, deadline)
+    sock = _connect(address, port, deadline, sport)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
     payload = bytes(1 << 16)
     sent = 0
@@ -497,10 +507,10 @@ def stream(address: str, port: int, seconds: float) -> int:
     return sent
 
 
-def _connect(address: str, port: int, deadline: float) -> socket.socket:
+def _connect(address: str, port: int, deadline: float, sport: int = 0) -> socket.socket:
     while True:
         try:
-            return socket.create_connection((address, port), timeout=1.0)
+            return socket.create_connection((address, port), timeout=1.0, source_address=("", sport) if sport else None)
         except ConnectionRefusedError:
             if time.monotonic() >= deadline:
                 raise
@@ -554,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("seconds", type=float)
     b.add_argument("size", type=int)
     b.add_argument("--poisson", action="store_true", help="exponential gaps instead of even pacing")
+    b.add_argument("--sport", type=int, default=0, help="source port (default: any)")
     k = sub.add_parser("sink", help="TCP receiver with a clamped window")
     k.add_argument("address")
     k.add_argument("port", type=int)
@@ -563,15 +574,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("address")
     t.add_argument("port", type=int)
     t.add_argument("seconds", type=float)
+    t.add_argument("--sport", type=int, default=0, help="source port (default: any)")
     d = sub.add_parser("demo", help="congestion demo on a 4-host lab (needs root)")
     d.add_argument("--seconds", type=float, default=8)
     args = parser.parse_args(argv)
     if args.cmd == "blast":
-        blast(args.address, args.port, args.rate, args.seconds, args.size, args.poisson)
+        blast(args.address, args.port, args.rate, args.seconds, args.size, args.poisson, args.sport)
     elif args.cmd == "sink":
         sink(args.address, args.port, args.window, args.seconds)
     elif args.cmd == "stream":
-        stream(args.address, args.port, args.seconds)
+        stream(args.address, args.port, args.seconds, args.sport)
     else:
         asyncio.run(_demo(args.seconds))
     return 0

@@ -177,7 +177,9 @@ class LabFleet:
         *,
         probe_rate: float = 20.0,
         probe_timeout: float = 1.0,
-        collector_timeout: float = 0.8,
+        # Wall time a collector may take: a guard against hangs only (the lab's event time is its own
+        # clock). 0.8 s tripped on a loaded CI machine, a netlink dump into a namespace taking longer.
+        collector_timeout: float = 5.0,
         switch: str = LAB_SWITCH,
         sysfs_root: Path = DEFAULT_SYSFS_ROOT,
     ) -> None:

@@ -118,6 +118,8 @@ def pause(ts: float, ifname: str, direction: str, fraction: float, priority: str
 def probes(ts: float, peer: str, sent: float, lost: float, p99: float | None) -> list[Sample]:
     out = [counter(ts, "pingmesh", peer, "probes_sent", sent), counter(ts, "pingmesh", peer, "probes_lost", lost)]
     if p99 is not None:
+        # the synthetic pairs' delay is a standing queue: it moves the fastest probe as the slowest
+        out.append(gauge(ts, "pingmesh", peer, "rtt_min", p99, name="rtt_min_seconds"))
         out.append(gauge(ts, "pingmesh", peer, "rtt_p99", p99, name="rtt_p99_seconds"))
     return out
 
@@ -175,20 +177,25 @@ def replay(engine: Any, batches: Iterable[list[tuple[str, Sample]]]) -> list[Inc
     return out
 
 
-def spine_of(src: str, dst: str, spines: int) -> int:
-    """A deterministic ECMP choice for tests (1-based spine number), like a switch's hash."""
-    return (int(src.rsplit("-", 1)[1]) + int(dst.rsplit("-", 1)[1])) % spines + 1
+def spine_of(src: int, dst: int, spines: int) -> int:
+    """A deterministic ECMP choice for tests (1-based spine number from the nodes' 1-based numbers),
+    like a switch's hash."""
+    return (src + dst) % spines + 1
 
 
 def path_oracle(topology: Any, spines: int) -> Callable[[str, str], list[str]]:
-    """The links a probe between two nodes crosses under ``spine_of`` (rail mlx5_0)."""
+    """The links a probe between two nodes crosses under ``spine_of`` (rail mlx5_0). Nodes and spines
+    are numbered in the order the topology lists them, so any names work (``node-007`` is node 7)."""
+    number = {node: i for i, node in enumerate(topology.nodes, 1)}
+    spine_ids = [s.id for s in topology.switches.values() if s.tier == "spine"]
+    assert len(spine_ids) == spines, f"the topology has {len(spine_ids)} spines, not {spines}"
 
     def path(src: str, dst: str) -> list[str]:
         a, b = f"{src}/mlx5_0", f"{dst}/mlx5_0"
         up, down = topology.uplink(a), topology.uplink(b)
         if up.b == down.b:
             return [up.id, down.id]
-        spine = f"spine-{spine_of(src, dst, spines):02d}"
+        spine = spine_ids[spine_of(number[src], number[dst], spines) - 1]
         return [up.id, f"{up.b}~{spine}", f"{down.b}~{spine}", down.id]
 
     return path

@@ -80,8 +80,10 @@ class ServerProcess:
         auth: bool = True,
         extra: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",  # 0.0.0.0: also reachable from network namespaces (the routed lab)
     ) -> None:
         self.port = free_port()
+        self.data_dir = data_dir
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [
             sys.executable,
@@ -89,7 +91,7 @@ class ServerProcess:
             "fabricd",
             "server",
             "--listen",
-            f"127.0.0.1:{self.port}",
+            f"{host}:{self.port}",
             "--data-dir",
             str(data_dir),
             *(["--db", db] if db else []),

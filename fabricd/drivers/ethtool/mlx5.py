@@ -26,6 +26,8 @@ PER_PRIORITY = (
     rule(r"rx_prio([0-7])_buf_discard", "rx_buffer_discards", "packets", priority=P),
     rule(r"rx_prio([0-7])_cong_discard", "rx_congestion_discards", "packets", priority=P),
     rule(r"rx_prio([0-7])_marked", "rx_ecn_marked_packets", "packets", priority=P),
+    # pport_per_prio_traffic_stats_desc: the port's receive discards of that priority.
+    rule(r"rx_prio([0-7])_discards", "rx_priority_discards", "packets", priority=P),
     rule(r"rx_prio([0-7])_bytes", "rx_priority_bytes", "bytes", priority=P),
     rule(r"tx_prio([0-7])_bytes", "tx_priority_bytes", "bytes", priority=P),
     rule(r"rx_prio([0-7])_packets", "rx_priority_packets", "packets", priority=P),
@@ -45,6 +47,9 @@ PORT = (
     rule(r"rx_symbol_err_phy", "rx_symbol_errors", ""),
     rule(r"link_down_events_phy", "link_down_events", ""),
     rule(r"rx_out_of_buffer", "rx_out_of_buffer", "packets"),
+    # pport_phy_statistical_stats_desc: PCS-layer symbol errors and FEC-corrected bits.
+    rule(r"rx_pcs_symbol_err_phy", "rx_pcs_symbol_errors", ""),
+    rule(r"rx_corrected_bits_phy", "rx_fec_corrected_bits", ""),
 )
 LEGACY = (  # pre-4.5 names of the same PPCNT fields
     rule(r"pause_ctrl_rx", "rx_pause_frames", "frames", priority="global"),

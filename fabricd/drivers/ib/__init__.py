@@ -18,7 +18,7 @@ from fabricd.model import Kind
 # Not a counter: the cache time in ms of the hw_counters values, one per folder
 # (drivers/infiniband/core/sysfs.c, ``lifespan`` attribute of every hw_counters group).
 NOT_COUNTERS = frozenset({"lifespan"})
-_NOT_DRIVERS = frozenset({"pma", "sysfs"})  # modules of this package that hold no hw_counters driver
+_NOT_DRIVERS = frozenset({"pma", "perfquery", "sysfs"})  # modules of this package that hold no hw_counters driver
 
 
 class Overflow(enum.StrEnum):

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from fabricd.server.routes import incidents, ingest, nccl, nodes, pingmesh, ports, series, system, tokens, topology
+from fabricd.server.routes import (
+    incidents,
+    ingest,
+    jobs,
+    nccl,
+    nodes,
+    paths,
+    pingmesh,
+    ports,
+    replicas,
+    series,
+    system,
+    tokens,
+    topology,
+)
 
 ROUTERS: tuple[APIRouter, ...] = (
     ingest.router,
@@ -12,9 +26,12 @@ ROUTERS: tuple[APIRouter, ...] = (
     ports.router,
     series.router,
     incidents.router,
+    jobs.router,
     pingmesh.router,
     nccl.router,
     topology.router,
+    paths.router,
     tokens.router,
     system.router,
+    replicas.router,
 )

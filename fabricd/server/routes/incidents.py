@@ -34,9 +34,12 @@ def list_incidents(
     kind: Annotated[IncidentKind | None, Query()] = None,
     since: Annotated[str | None, Query(max_length=64, description=f"updated since; {HELP}")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    job: Annotated[
+        str | None, Query(min_length=1, max_length=128, description="only incidents hurting this job")
+    ] = None,
 ) -> list[IncidentSummary]:
     rows = incidents.query(
-        state.value if state else None, kind.value if kind else None, when(svc, "since", since), limit
+        state.value if state else None, kind.value if kind else None, when(svc, "since", since), limit, job
     )
     return [IncidentSummary.of(r) for r in rows]
 

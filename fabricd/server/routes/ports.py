@@ -44,4 +44,5 @@ def _out(v: PortView) -> PortOut:
         pause_fraction=v.pause,
         xmit_wait_per_second=v.xmit_wait,
         updated_ts=v.updated_ts,
+        netdev=v.netdev,
     )

@@ -50,7 +50,13 @@ def incident_report(
     fabric = _fabric(link_rate, hcas_per_node, gpus_per_node, nodes_per_leaf)
     try:
         query = ReportQuery(
-            incident_id=incident_id, pad_seconds=_pad(pad), top=top, fabric=fabric, nccl_nodes=nccl_nodes
+            incident_id=incident_id,
+            pad_seconds=_pad(pad),
+            top=top,
+            fabric=fabric,
+            nccl_nodes=nccl_nodes,
+            # Each node's own ports (stored from its sysfs) unless the caller describes the hardware.
+            hardware="flags" if link_rate or hcas_per_node or gpus_per_node else "nodes",
         )
     except ValueError as exc:
         raise ApiError(422, "invalid_request", f"model parameters: {exc}") from exc

@@ -8,8 +8,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from fabricd.server import db
-from fabricd.server.api_models import StatusOut
-from fabricd.server.deps import IncidentCountsDep, LatestDep, NodesDep, Reader, StreamDep, Svc
+from fabricd.server.api_models import SettlementOut, StatusOut
+from fabricd.server.deps import IncidentCountsDep, LatestDep, NodesDep, Reader, Svc
 from fabricd.server.metrics import render
 from fabricd.server.routes.common import AUTH_ERRORS
 
@@ -46,7 +46,6 @@ def status(
     inventory: NodesDep,
     incidents: IncidentCountsDep,
     latest: LatestDep,
-    stream: StreamDep,
     _who: Reader,
 ) -> StatusOut:
     now = svc.clock()
@@ -70,5 +69,21 @@ def status(
         incidents_by_severity=by_severity,
         schema_revision=svc.schema_revision,
         latest_unflushed_series=latest.unflushed(),
-        detection_backlog_points=None if svc.detection is None else max(0, stream.head() - svc.detection.cursor),
+        detection_backlog_points=None if svc.detection is None else svc.detection.backlog(),
+        settlement=_settlement(svc, now),
+    )
+
+
+def _settlement(svc: Svc, now: float) -> SettlementOut | None:
+    if svc.detection is None:
+        return None
+    st = svc.detection.detector.settlement()
+    return SettlementOut(
+        settled_ts=st.settled_ts,
+        lag_seconds=None if st.settled_ts is None else round(max(0.0, now - st.settled_ts), 3),
+        lateness_seconds=st.lateness_seconds,
+        max_node_lateness_seconds=round(st.max_node_lateness_seconds, 3),
+        nodes=st.nodes,
+        nodes_left_out=list(st.left_out),
+        late_samples=st.late_samples,
     )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
 
 from fabricd.model import Evidence, Incident
 from fabricd.server import tables as t
@@ -31,6 +31,14 @@ class Incidents:
         """
         with self.db.write_lock, self.sessions.begin() as s:
             row = s.scalars(select(t.Incident).where(t.Incident.key == inc.key)).first()
+            coarse = _coarse(s, inc)
+            if coarse is not None and row is None:
+                # Narrowed by the engine (a leaf's incident moved onto the uplink): the same incident.
+                row, coarse.key = coarse, inc.key
+            elif coarse is not None and coarse.state != "resolved":
+                # The exact element had an earlier, resolved occurrence (keys are unique): that one
+                # reopens and the coarse row is closed, pointing at it.
+                _close_narrowed(coarse, inc)
             if row is None:
                 row = t.Incident(
                     key=inc.key, state=inc.state.value, acked_by=None, acked_ts=None, resolved_by=None, timeline=[]
@@ -43,8 +51,26 @@ class Incidents:
             s.flush()
             return row.id, transition
 
+    def touch(self, key: str, updated_ts: float) -> bool:
+        """Move ``updated_ts`` of the incident ``key`` forward, nothing else, unless it is resolved (an
+        engineer's resolve stands until the engine reports a change); True if a row moved."""
+        i = t.Incident
+        q = (
+            update(i)
+            .where(i.key == key, i.state != "resolved", i.updated_ts < updated_ts)
+            .values(updated_ts=updated_ts)
+        )
+        with self.db.write_lock, self.sessions.begin() as s:
+            moved: CursorResult[Any] = s.execute(q)  # type: ignore[assignment]  # an UPDATE's result
+            return bool(moved.rowcount)
+
     def query(
-        self, state: str | None = None, kind: str | None = None, since: float | None = None, limit: int = 100
+        self,
+        state: str | None = None,
+        kind: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        job: str | None = None,
     ) -> list[IncidentRecord]:
         """Newest first; ``since``: updated since."""
         q = select(t.Incident).order_by(t.Incident.started_ts.desc(), t.Incident.id.desc()).limit(limit)
@@ -54,6 +80,10 @@ class Incidents:
             q = q.where(t.Incident.kind == kind)
         if since is not None:
             q = q.where(t.Incident.updated_ts >= since)
+        if job is not None:  # JSON containment differs per database: filtered here, then limited
+            with self.sessions() as s:
+                rows = [_record(row) for row in s.scalars(q.limit(None))]
+            return [r for r in rows if any(j.get("id") == job for j in r.affected_jobs)][:limit]
         with self.sessions() as s:
             return [_record(row) for row in s.scalars(q)]
 
@@ -119,28 +149,55 @@ def _record(row: t.Incident) -> IncidentRecord:
         affected=[str(a) for a in row.affected],
         evidence=list(row.evidence),
         timeline=[list(e) for e in row.timeline],
+        affected_jobs=[dict(j) for j in row.affected_jobs or []],
+        ambiguous=bool(row.ambiguous),
     )
+
+
+def _coarse(s: Session, inc: Incident) -> t.Incident | None:
+    """The row ``inc`` had before the engine narrowed it, if any."""
+    if not inc.narrowed_from:
+        return None
+    return s.scalars(select(t.Incident).where(t.Incident.key == inc.narrowed_from[-1])).first()
+
+
+def _close_narrowed(row: t.Incident, inc: Incident) -> None:
+    row.state, row.resolved_ts, row.resolved_by = "resolved", inc.updated_ts, "detector"
+    row.updated_ts = inc.updated_ts
+    row.timeline = [*row.timeline, [inc.updated_ts, f"narrowed to {inc.element}: see {inc.key}", "detector"]]
 
 
 def _apply(row: t.Incident, inc: Incident, transition: str) -> None:
     row.kind, row.severity, row.element, row.summary = inc.kind.value, inc.severity.value, inc.element, inc.summary
     row.started_ts = row.started_ts if row.started_ts is not None and transition != "reopened" else inc.started_ts
     row.updated_ts = inc.updated_ts
-    row.candidates = [{"element": c.element, "score": c.score} for c in inc.candidates]
+    row.candidates = [{"element": c.element, "score": c.score, "weight": c.weight} for c in inc.candidates]
+    row.ambiguous = inc.ambiguous
     row.affected = list(inc.affected)
+    row.affected_jobs = [j.to_json() for j in inc.affected_jobs]
     row.evidence = [_evidence_json(e) for e in inc.evidence]
     if transition == "resolved":
         row.state, row.resolved_ts, row.resolved_by = "resolved", inc.resolved_ts or inc.updated_ts, "detector"
     elif transition in ("opened", "reopened"):
         row.state, row.resolved_ts, row.resolved_by, row.acked_by, row.acked_ts = "open", None, None, None, None
     seen = {(e[0], e[1]) for e in row.timeline}
-    added = [[ts, text, "detector"] for ts, text in inc.timeline if (ts, text) not in seen]
-    if transition != "updated":
-        added.append(
-            [inc.updated_ts if transition != "opened" else inc.started_ts, f"{transition}: {inc.summary}", "detector"]
-        )
+    # How an incident began is written once, when the row opens: an engine that rebuilt its state
+    # (a restart, a new correlator among replicas) re-derives the opening at a moment of its own.
+    fresh = transition == "opened"
+    added = [
+        [ts, text, "detector"]
+        for ts, text in inc.timeline
+        if (ts, text) not in seen and (fresh or not text.startswith(_OPENING))
+    ]
+    # The engine writes its own "opened"/"reopened"/"resolved: quiet since" entries; a second one here
+    # would say the incident opened twice. Only a detector that keeps no timeline gets one from here.
+    if transition != "updated" and not any(str(e[1]).startswith(transition) for e in added):
+        added.append([inc.updated_ts, f"{transition}: {inc.summary}", "detector"])
     if added:
         row.timeline = sorted([*row.timeline, *added], key=lambda e: e[0])
+
+
+_OPENING = ("opened", "first symptom")  # the engine's entries of an incident's beginning
 
 
 def _evidence_json(e: Evidence) -> dict[str, Any]:
@@ -154,6 +211,8 @@ def _evidence_json(e: Evidence) -> dict[str, Any]:
         "ts": e.ts,
         "labels": dict(e.labels),
         "note": e.note,
+        "op": e.op,
+        "unit": e.unit,
     }
 
 

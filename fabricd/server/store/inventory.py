@@ -15,7 +15,15 @@ from sqlalchemy import func, or_, select
 from fabricd.model import Kind, Reading, Sample, Status
 from fabricd.server import tables as t
 from fabricd.server.store.latest import LatestValues
-from fabricd.server.store.records import CollectorRecord, NodeRecord, NotFound, PointRecord, PointRow, SeriesInfo
+from fabricd.server.store.records import (
+    CollectorRecord,
+    FleetHealth,
+    NodeRecord,
+    NotFound,
+    PointRecord,
+    PointRow,
+    SeriesInfo,
+)
 from fabricd.server.store.sql import Database
 
 _N, _C, _S, _P = (t.Base.metadata.tables[name] for name in ("nodes", "collector_status", "series", "points"))
@@ -35,6 +43,23 @@ class Inventory:
             per_node = conn.execute(select(_S.c.node, func.count()).group_by(_S.c.node))
             counts: dict[str, int] = {node: n for node, n in per_node}
         return [_node(n, health.get(n.name, []), int(counts.get(n.name, 0))) for n in nodes]
+
+    def fleet_health(self, stale_before: float) -> FleetHealth:
+        """How many nodes report, by agent version and by collector outcome: a few grouped counts,
+        not a row per node (the bounded /metrics calls this at every scrape)."""
+        with self.db.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(_N)).scalar_one()
+            reporting = conn.execute(select(func.count()).where(_N.c.last_seen >= stale_before)).scalar_one()
+            versions = conn.execute(select(_N.c.agent_version, func.count()).group_by(_N.c.agent_version)).all()
+            outcomes = conn.execute(
+                select(_C.c.collector, _C.c.success, func.count()).group_by(_C.c.collector, _C.c.success)
+            ).all()
+        return FleetHealth(
+            int(reporting),
+            int(total) - int(reporting),
+            tuple((str(v), int(n)) for v, n in versions),
+            tuple((str(c), bool(ok), int(n)) for c, ok, n in outcomes),
+        )
 
     def node(self, name: str) -> NodeRecord:
         with self.db.engine.connect() as conn:

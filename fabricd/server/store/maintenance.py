@@ -1,7 +1,9 @@
 """Maintenance: fold old raw points into buckets, delete past retention (Core).
 
 Set-based statements over ``points`` and ``ingested_batches``: SQLAlchemy Core, no entities.
-``downsample`` is the pure fold, shared with ``/api/v1/series?step=``.
+``downsample`` is the pure fold, shared with ``/api/v1/series?step=``. On PostgreSQL the points
+are in time partitions (``partitions.py``): whole partitions are created ahead, folded and
+dropped, and only the default partition's strays go through the per-series path.
 """
 
 from __future__ import annotations
@@ -9,55 +11,87 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import MetaData, Table, delete, insert, select
 
 from fabricd.model import Kind
 from fabricd.server import tables as t
+from fabricd.server.store import partitions
 from fabricd.server.store.records import MaintenanceReport
 from fabricd.server.store.sql import Database
 
 _P, _S, _B = (t.Base.metadata.tables[name] for name in ("points", "series", "ingested_batches"))
+# PostgreSQL's points outside every time partition: the per-series path runs on these only.
+_STRAYS = _P.to_metadata(MetaData(), name=partitions.DEFAULT)
 RawPoint = tuple[float, float, float | None, str]  # ts, value, rate, status
 
 
 class Maintenance:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, db: Database, partition_seconds: float = partitions.PARTITION_SECONDS) -> None:
+        self.db, self.partition_seconds = db, partition_seconds
+        self.partitioned = db.engine.dialect.name == "postgresql"
 
     def run(self, now: float, raw_retention: float, step: float, retention: float) -> MaintenanceReport:
         """Downsample raw points older than ``raw_retention`` into ``step`` buckets; drop past ``retention``.
 
         Only whole buckets are folded (the cutoff is aligned down to ``step``), so running this
-        twice never writes two points for one bucket.
+        twice never writes two points for one bucket. On PostgreSQL a partition is folded once it
+        lies wholly before the cutoff, so raw points stay up to ``PARTITION_SECONDS`` longer.
         """
         cutoff = (now - raw_retention) // step * step
-        folded = written = 0
-        for sid, kind in self._series_with_raw_before(cutoff):
-            n, w = self._downsample_series(sid, kind, cutoff, step)
+        folded = written = dropped = 0
+        points = _P
+        if self.partitioned:
+            folded, written, dropped = self._partitions(now, cutoff, step, retention)
+            points = _STRAYS
+        for sid, kind in self._series_with_raw_before(points, cutoff):
+            n, w = self._downsample_series(points, sid, kind, cutoff, step)
             folded, written = folded + n, written + w
         with self.db.write_lock, self.db.engine.begin() as conn:
-            dp = conn.execute(delete(_P).where(_P.c.ts < now - retention)).rowcount
+            dp = conn.execute(delete(points).where(points.c.ts < now - retention)).rowcount
             db = conn.execute(delete(_B).where(_B.c.received_ts < now - retention)).rowcount
-        return MaintenanceReport(folded, written, int(dp or 0), int(db or 0))
+        return MaintenanceReport(folded, written, int(dp or 0) + dropped, int(db or 0))
 
-    def _series_with_raw_before(self, cutoff: float) -> list[tuple[int, str]]:
+    def prepare(self, now: float) -> None:
+        """Partitions for now and ahead (PostgreSQL; nothing on SQLite): the service's start."""
+        if self.partitioned:
+            with self.db.engine.begin() as conn:
+                partitions.ensure(conn, now, self.partition_seconds)
+
+    def _partitions(self, now: float, cutoff: float, step: float, retention: float) -> tuple[int, int, int]:
+        """Create ahead, fold the partitions wholly before ``cutoff``, drop those wholly past
+        retention: (raw points folded, buckets written, points dropped). One transaction each."""
+        self.prepare(now)
+        folded = written = 0
+        with self.db.engine.connect() as conn:
+            due = [p for p in partitions.partitions(conn) if p.end <= cutoff and p.end > now - retention]
+        for p in due:
+            with self.db.engine.begin() as conn:
+                n, w = partitions.fold(conn, p, step)
+            folded, written = folded + n, written + w
+        with self.db.engine.begin() as conn:
+            _gone, dropped = partitions.drop_before(conn, now - retention)
+        return folded, written, dropped
+
+    def _series_with_raw_before(self, points: Table, cutoff: float) -> list[tuple[int, str]]:
         q = (
-            select(_P.c.series_id, _S.c.kind)
-            .join(_S, _S.c.id == _P.c.series_id)
-            .where(_P.c.step == 0.0, _P.c.ts < cutoff)
+            select(points.c.series_id, _S.c.kind)
+            .join(_S, _S.c.id == points.c.series_id)
+            .where(points.c.step == 0.0, points.c.ts < cutoff)
             .distinct()
         )
         with self.db.engine.connect() as conn:
             return [(int(a), str(b)) for a, b in conn.execute(q)]
 
-    def _downsample_series(self, sid: int, kind: str, cutoff: float, step: float) -> tuple[int, int]:
-        raw_of_series = (_P.c.series_id == sid, _P.c.step == 0.0, _P.c.ts < cutoff)
+    def _downsample_series(self, points: Table, sid: int, kind: str, cutoff: float, step: float) -> tuple[int, int]:
+        raw_of_series = (points.c.series_id == sid, points.c.step == 0.0, points.c.ts < cutoff)
         with self.db.write_lock, self.db.engine.begin() as conn:
-            q = select(_P.c.ts, _P.c.value, _P.c.rate, _P.c.status).where(*raw_of_series).order_by(_P.c.ts)
-            raw = [(ts, value, rate, status) for ts, value, rate, status in conn.execute(q)]
+            q = select(points.c.ts, points.c.value, points.c.rate, points.c.status)
+            rows = conn.execute(q.where(*raw_of_series).order_by(points.c.ts))
+            raw = [(ts, value, rate, status) for ts, value, rate, status in rows]
             buckets = downsample(raw, step, counter=kind == Kind.COUNTER.value)
-            conn.execute(delete(_P).where(*raw_of_series))
+            conn.execute(delete(points).where(*raw_of_series))
             if buckets:
+                # Into the parent: a bucket's time may fall in a partition by now.
                 conn.execute(insert(_P), [{"series_id": sid, "step": step, "since": None, **b} for b in buckets])
             return len(raw), len(buckets)
 

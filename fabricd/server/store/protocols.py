@@ -7,6 +7,8 @@
     FleetCollector (/metrics)         LatestReader, NodeReader,            LatestValues (latest),
                                       IncidentCounter                      Inventory, Incidents
     routes                            one or two of the readers/writers    (through deps.py)
+    Ingestor, JobAttribution          JobSink, JobReader                   Jobs (jobs)
+    Ingestor, RoutedTopology          PathSink, PathReader                 Paths (paths)
     Authenticator (server/auth.py)    TokenLookup                          Tokens (tokens)
     `fabricd token`, bootstrap        TokenAdmin                           Tokens
 
@@ -19,14 +21,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from fabricd.jobmap import JobPlacement
 from fabricd.model import Batch, Incident, Sample
+from fabricd.server.jobreports import JobReport
+from fabricd.server.pathreports import PathReport
 from fabricd.server.store.records import (
     Committed,
     Delivery,
+    FleetHealth,
     IncidentCount,
     IncidentRecord,
     IngestResult,
     NodeRecord,
+    PathRecord,
     PointRecord,
     SeriesInfo,
     TokenInfo,
@@ -82,6 +89,10 @@ class NodeReader(Protocol):
     def series_count(self) -> int: ...
 
 
+class FleetHealthReader(Protocol):
+    def fleet_health(self, stale_before: float) -> FleetHealth: ...
+
+
 class SeriesReader(Protocol):
     def find_series(
         self,
@@ -101,10 +112,19 @@ class IncidentSink(Protocol):
         """Store the engine's view of ``inc``; returns (id, transition)."""
         ...
 
+    def touch(self, key: str, updated_ts: float) -> bool:
+        """Move an unresolved incident's ``updated_ts`` forward (the fault is still there)."""
+        ...
+
 
 class IncidentReader(Protocol):
     def query(
-        self, state: str | None = None, kind: str | None = None, since: float | None = None, limit: int = 100
+        self,
+        state: str | None = None,
+        kind: str | None = None,
+        since: float | None = None,
+        limit: int = 100,
+        job: str | None = None,
     ) -> list[IncidentRecord]: ...
 
     def get(self, incident_id: int) -> IncidentRecord: ...
@@ -142,3 +162,29 @@ class TopologyReader(Protocol):
 
 class TopologyStore(TopologyReader, Protocol):
     def put(self, doc: dict[str, Any], now: float, name: str = "default") -> None: ...
+
+
+class JobSink(Protocol):
+    def record(self, reports: Sequence[JobReport]) -> None:
+        """Apply what one batch said about the jobs on its node."""
+        ...
+
+
+class PathSink(Protocol):
+    def record(self, reports: Sequence[PathReport]) -> None:
+        """Apply the traces one batch reported."""
+        ...
+
+
+class PathReader(Protocol):
+    generation: int
+
+    def all(self) -> list[PathRecord]: ...
+
+
+class JobReader(Protocol):
+    def running(self) -> list[JobPlacement]: ...
+
+    def get(self, job_id: str) -> JobPlacement: ...
+
+    def overlapping(self, start: float, end: float) -> list[JobPlacement]: ...

@@ -8,7 +8,7 @@ the detection loop, the exporter and the CLI never holds a session or lazy attri
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fabricd.model import Reading, Sample, Status
@@ -113,6 +113,16 @@ class NodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetHealth:
+    """Counts over the whole fleet for the central's bounded /metrics (``Inventory.fleet_health``)."""
+
+    reporting: int  # nodes whose last batch is newer than the stale time
+    stale: int
+    versions: tuple[tuple[str, int], ...]  # (agent version, nodes)
+    collectors: tuple[tuple[str, bool, int], ...]  # (collector, last run succeeded, nodes)
+
+
+@dataclass(frozen=True, slots=True)
 class IncidentRecord:
     """A stored incident; the lists are the stored JSON documents (see ``tables.Incident``)."""
 
@@ -133,6 +143,8 @@ class IncidentRecord:
     affected: list[str]
     evidence: list[dict[str, Any]]
     timeline: list[list[Any]]  # [ts, what, by]
+    affected_jobs: list[dict[str, Any]] = field(default_factory=list)  # [{id, user, name, nodes}]
+    ambiguous: bool = False  # localization could not tell the candidates apart
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +153,23 @@ class IncidentCount:
     severity: str
     state: str
     count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PathRecord:
+    """A probed pair's last traced path (``store/paths.py``); hop addresses raw, None: silent."""
+
+    node: str
+    peer: str
+    src: str
+    src_port: int
+    dst: str
+    dst_port: int
+    hops: tuple[str | None, ...]
+    reached: bool
+    version: int
+    changed_ts: float
+    traced_ts: float
 
 
 @dataclass(frozen=True, slots=True)

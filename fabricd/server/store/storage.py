@@ -9,8 +9,11 @@ from sqlalchemy import Engine
 from fabricd.server.store.identities import Identities
 from fabricd.server.store.incidents import Incidents
 from fabricd.server.store.inventory import Inventory
+from fabricd.server.store.jobs import Jobs
 from fabricd.server.store.latest import LatestValues
 from fabricd.server.store.maintenance import Maintenance
+from fabricd.server.store.partitions import PARTITION_SECONDS
+from fabricd.server.store.paths import Paths
 from fabricd.server.store.sql import Database
 from fabricd.server.store.stream import Stream
 from fabricd.server.store.tokens import Tokens
@@ -32,13 +35,16 @@ class Storage:
     tokens: Tokens
     topology: Topologies
     maintenance: Maintenance
+    jobs: Jobs
+    paths: Paths
 
     @classmethod
-    def open(cls, engine: Engine, stream_tail_points: int = 0) -> Storage:
+    def open(cls, engine: Engine, stream_tail_points: int = 0, partition_seconds: float = PARTITION_SECONDS) -> Storage:
         """Build the roles; touches no database (the app migrates in its lifespan).
 
         The latest values always follow the writer; the stream follows it, keeping the last
-        ``stream_tail_points`` points in memory, only when something reads it (detection)."""
+        ``stream_tail_points`` points in memory, only when something reads it (detection).
+        ``partition_seconds``: the width of the time partitions maintenance creates (PostgreSQL)."""
         db = Database.of(engine)
         identities = Identities(db)
         latest = LatestValues(db, identities)
@@ -56,5 +62,7 @@ class Storage:
             incidents=Incidents(db),
             tokens=Tokens(db),
             topology=Topologies(db),
-            maintenance=Maintenance(db),
+            maintenance=Maintenance(db, partition_seconds),
+            jobs=Jobs(db),
+            paths=Paths(db),
         )

@@ -1,0 +1,125 @@
+"""One replica's CPU per sample, stage by stage: decode, store, detect (in-process, one thread).
+
+The service's own functions on the bench's fleet: ``ingest.decode`` (gunzip, msgpack, the typed
+rows, the limits), ``GroupCommitWriter.ingest`` (one transaction per batch), and the detection
+loop's work (``Stream.read`` from the tail, then settlement and ``DetectionEngine`` through
+``EngineFeed``), each timed with ``time.thread_time`` (this thread's CPU: the other helpers' load
+on the machine moves it far less than wall time). The samples carry real counter names (the IBA
+PortCounters and mlx5 hw_counters tables) so the detection rules do their real work. The sum is
+what one core pays per sample; 1e6 / sum is the samples/s one replica's core could do, HTTP and
+the bus left out (the ``ingest`` rows measure the whole service).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+STAGES = ("decode", "store", "detect")
+# Counters that move on a healthy fabric; every other one (errors, congestion marks) stays at 0.
+TRAFFIC = frozenset(
+    f"{kind}_{way}_{what}"
+    for kind in ("port", "unicast", "multicast")
+    for way in ("xmit", "rcv")
+    for what in ("data", "packets")
+)
+READ_POINTS = 20_000  # the detection loop's read (fabricd/server/detection.py)
+
+
+def counter_names(n: int) -> list[tuple[str, str]]:
+    """``n`` (counter, neutral name) pairs of real InfiniBand counters: PortCounters first."""
+    from fabricd.drivers.ib import mlx5, pma
+
+    table = [*pma.BASE, *pma.DATA, *pma.EXT_ONLY, *pma.EXTRA, *mlx5.DRIVER.counters]
+    seen: dict[str, str] = {}
+    for c in table:
+        seen.setdefault(c.raw, c.name or c.raw)
+    names = list(seen.items())
+    return (names * (n // len(names) + 1))[:n] if len(names) < n else names[:n]
+
+
+def fleet(nodes: int, scrapes: int, ports: int, counters: int, t0: float) -> list[Any]:
+    """Batches as the agents send them (one per node and scrape), real counter names: traffic
+    counters at a steady rate, error counters at 0 (a healthy fabric: nothing to localize)."""
+    from fabricd.model import Batch, Kind, Reading, Sample
+
+    names = counter_names(counters)
+    out = []
+    for k in range(scrapes):
+        ts = t0 + 10.0 * k
+        for n in range(nodes):
+            samples = [
+                Sample(
+                    ts,
+                    Reading(
+                        "infiniband", f"mlx5_{p}", "1", raw, float(k * 1000 + c), "packets", Kind.COUNTER, (), name
+                    ),
+                    rate=1e6 + c if raw in TRAFFIC else 0.0,
+                )
+                for p in range(ports)
+                for c, (raw, name) in enumerate(names)
+            ]
+            out.append(
+                Batch(f"node-{n:04d}", "bench", f"b-{n}-{k}", samples, created_ts=ts, instance=f"i{n}", seq=k + 1)
+            )
+    return out
+
+
+def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, float]:
+    """CPU µs per sample of each stage, one run on a fresh database at ``url``."""
+    from fabricd import gctune
+    from fabricd.detect.engine import DetectionEngine
+    from fabricd.server import db
+    from fabricd.server.detection import EngineFeed
+    from fabricd.server.ingest import Body, decode
+    from fabricd.server.store.storage import Storage
+    from fabricd.settings import LimitSettings
+
+    engine = db.make_engine(url)
+    db.prepare(engine)
+    store = Storage.open(engine, stream_tail_points=100_000)
+    store.maintenance.prepare(time.time())
+    feed = EngineFeed(DetectionEngine())
+    feed.expect({b.node for b in batches}, time.time())
+    limits = LimitSettings()
+    spent = dict.fromkeys(STAGES, 0.0)
+    cursor = samples = pending = 0
+    clock = time.thread_time
+    gctune.tune_for_service()  # as the central's main() does
+    for i, body in enumerate(bodies):
+        t = clock()
+        batch = decode(Body(body, "application/msgpack", True), limits)
+        t1 = clock()
+        store.writer.ingest(batch, time.time(), limits.max_series_per_node)
+        t2 = clock()
+        spent["decode"] += t1 - t
+        spent["store"] += t2 - t1
+        samples += len(batch.samples)
+        pending += len(batch.samples)
+        # The detection loop reads up to 20,000 points a step: at these rates it never waits.
+        if pending >= READ_POINTS or i == len(bodies) - 1:
+            t = clock()
+            while pending > 0:
+                deliveries, cursor = store.stream.read(cursor, READ_POINTS)
+                feed.deliver(deliveries, time.time(), whole=True)
+                pending -= sum(len(d.samples) for d in deliveries)
+            spent["detect"] += clock() - t
+    engine.dispose()
+    return {stage: seconds / samples * 1e6 for stage, seconds in spent.items()}
+
+
+def run_on(url_of: Any, nodes: int, scrapes: int, runs: int, tmp: Path) -> list[dict[str, float]]:
+    """``runs`` measurements after a warm-up, each on a database from ``url_of(run, tmp)``."""
+    from fabricd.wire import encode
+
+    batches = fleet(nodes, scrapes, 8, 60, t0=time.time() - 10.0 * scrapes)
+    bodies = [encode(b) for b in batches]
+    results = []
+    for run in range(runs + 1):
+        url, cleanup = url_of(run, tmp)
+        try:
+            results.append(measure(url, batches, bodies))
+        finally:
+            cleanup()
+    return results[1:]

@@ -1,0 +1,267 @@
+"""Votes over pair and port symptoms for faults that sit on the network (congestion, loss, flaps,
+tail latency): ``cluster_network`` and the rules that tidy its clusters into one proposal per root
+cause (folding receivers into the fabric queue they sit behind, holding a host's own link until the
+probes had their chance, hysteresis on an open link). Split from ``base.py``, which keeps what every
+detector shares."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+
+from fabricd.detect.base import EvalContext, proposal
+from fabricd.detect.findings import Finding
+from fabricd.detect.incidents import Proposal
+from fabricd.detect.localize import Cluster
+from fabricd.model import IncidentKind
+
+NETWORK_TYPES = frozenset({"fabric_link", "switch"})
+
+
+@dataclass(slots=True)
+class Evidence3:
+    """Findings of one kind, by how much they say about where the fault is."""
+
+    pairs: list[Finding]  # pair symptoms (probe loss, RTT): localize through paths
+    strong: list[Finding]  # port counters that point at the port's own link
+    weak: list[Finding]  # port counters of flows that merely crossed the fault somewhere
+
+
+@dataclass(frozen=True, slots=True)
+class PairGuard:
+    """What a cluster backed by pairs alone must show to be blamed: enough pairs, an element of an
+    allowed type, and consistency (most probed paths through the element bad: one slow pair, or a
+    few slow pairs whose paths share an element that healthy pairs also cross, say nothing)."""
+
+    min_pairs: int
+    min_consistency: float
+    types: frozenset[str]
+    excluded: frozenset[str] = frozenset()  # elements another detector explains
+
+    def passes(self, c: Cluster) -> bool:
+        return (
+            c.element not in self.excluded
+            and c.pair_count >= self.min_pairs
+            and c.consistency >= self.min_consistency
+            and c.kind in self.types
+        )
+
+
+def cluster_network(
+    ctx: EvalContext,
+    kind: IncidentKind,
+    ev: Evidence3,
+    what: str,
+    *,
+    absorb_strong: bool,
+    weak_weight: float = 0.25,
+    guard: PairGuard | None = None,
+    absorb_into: Collection[str] = (),
+    pending: Collection[Finding] = (),
+    places: Collection[str] | None = None,
+    local_hold_seconds: float = 0.0,
+    sticky: bool = False,
+) -> list[Proposal]:
+    """Vote over pair and port symptoms, then tidy the clusters into one proposal per root cause.
+
+    A fabric-level cluster (a fabric link or a switch) is explained by pairs; port-only clusters next
+    to it are the receivers and senders of flows that crossed it and are folded into it (for
+    congestion) unless their own counters point at their own link (``absorb_strong=False``: symbol
+    errors are local). A cluster backed only by weak port symptoms is folded into the biggest
+    cluster, or dropped when there is none: weak symptoms alone do not say where the fault is.
+
+    ``guard``: a cluster of pairs only (no port counter of its own) is kept only when it passes;
+    otherwise its findings stay unclaimed for the next detector. ``absorb_into``: elements of open
+    incidents of this kind; a pairs-only cluster whose every pair crosses one of them is those
+    incidents' lingering symptoms (a window still draining, a fault just cleared by healthy pairs),
+    so it is claimed without a second incident. ``places``: the element types this kind of fault
+    can sit on (a node is no queue); a cluster elsewhere is folded into the fabric-level cluster
+    when there is one, else left unclaimed. ``local_hold_seconds``: a cluster on a host's own link
+    or port with no pair of its own is proposed only once its symptoms have lasted this long (a
+    receiver behind a fabric queue shows marks before the probes crossing the queue have had their
+    two scrapes); until then its findings stay unclaimed. ``pending``: the findings in ``ev`` whose ``for``
+    has not passed; they vote, but a cluster of pending findings only is not proposed (yet).
+    ``sticky``: a fabric-level cluster that still points at an open incident's element nearly as
+    strongly as at its winner is proposed on that element (``STICKY_SHARE``).
+    """
+    loc = ctx.localizer
+    bad_pairs = {(f.node, f.device) for f in ev.pairs}
+    symptoms = ctx.pair_symptoms(ev.pairs)
+    symptoms += [loc.port_symptom(f, ctx.hca(f)) for f in ev.strong]
+    symptoms += [loc.port_symptom(f, ctx.hca(f), weak_weight) for f in ev.weak]
+    if not symptoms:
+        return []
+    clusters = loc.explain(symptoms, ctx.healthy_symptoms(bad_pairs))
+    strong_ids = set(id(f) for f in ev.strong)
+    kept, folded = _tidy(clusters, absorb_strong, strong_ids)
+    if places is not None:
+        kept = _fold_misplaced(kept, folded, places, LOCAL_PAIRS if local_hold_seconds else 0)
+    if guard is not None and absorb_strong:
+        kept = _fold_stray_local(ctx, kept, folded, absorb_into)
+    out = []
+    waiting = {id(f) for f in pending}
+    for cluster in kept:
+        if _waiting(cluster, folded.get(id(cluster), []), waiting, guard, ctx, absorb_into):
+            continue
+        if local_hold_seconds and _young_local(ctx, cluster, local_hold_seconds):
+            continue
+        if _lingering(ctx, cluster, absorb_into) or (absorb_strong and _receivers_of_open(ctx, cluster, absorb_into)):
+            ctx.claim(s.ref for s in cluster.symptoms)
+            continue
+        marks = [s for c in (cluster, *folded.get(id(cluster), [])) for s in c.symptoms if id(s.ref) in strong_ids]
+        if guard is not None and not marks and not guard.passes(cluster):
+            continue
+        findings = [s.ref for s in cluster.symptoms] + [s.ref for c in folded.get(id(cluster), []) for s in c.symptoms]
+        ctx.claim(findings)
+        element = (_sticky(cluster, absorb_into, ctx) if sticky else None) or cluster.element
+        p = proposal(kind, element, cluster, findings, what)
+        out.append(p)
+        ctx.blamed.setdefault(element, p.key)
+    return out
+
+
+def _waiting(
+    cluster: Cluster,
+    folded: Sequence[Cluster],
+    waiting: set[int],
+    guard: PairGuard | None,
+    ctx: EvalContext,
+    open_elements: Collection[str],
+) -> bool:
+    """Not proposed yet: every symptom pending, or the cluster's own symptoms pending and short of
+    the pair guard. Receivers' marks that fired (two scrapes) beside the first slow probes of a
+    fabric queue confirm it while the probes' own ``for`` runs: an interval sooner, which live
+    delivery needs to report within two intervals (the probes' min RTT shows a queue only from the
+    first scrape interval wholly inside the fault; docs/detection.md, "Time to detect, live"). Only
+    at a fault's onset: while another fabric incident is open, the marks are its receivers', and a
+    new cluster of first slow pairs waits for them to fire."""
+    if all(id(s.ref) in waiting for s in cluster.symptoms):
+        if all(id(s.ref) in waiting for c in folded for s in c.symptoms):
+            return True
+        elsewhere = any(e != cluster.element and ctx.localizer.kind(e) in NETWORK_TYPES for e in open_elements)
+        return elsewhere or guard is None or not guard.passes(cluster)
+    return False
+
+
+# An open incident on a fabric link keeps its element while the vote for the switch at one of its
+# ends still gives the link at least this share of the switch's score. The scores are sums over
+# noisy pair findings that come and go scrape by scrape; a link and the switch at its end differ only
+# by the few pairs that cross the switch but not the link, so one stray slow pair can flip the winner
+# from the link to its switch. Hysteresis (as in flap damping): the coarser switch takes over only
+# when it wins by more than a factor of two. Only that direction: a finer element winning over an
+# open coarser one narrows it (incidents.py), and two links or two switches are two places.
+STICKY_SHARE = 0.5
+
+
+def _sticky(cluster: Cluster, open_elements: Collection[str], ctx: EvalContext) -> str | None:
+    """The open incident's link at this switch-level cluster's switch that the cluster still points
+    at nearly as strongly as at the switch, if any (the same fault, not a second one)."""
+    if cluster.kind != "switch" or cluster.element in open_elements or not cluster.candidates:
+        return None
+    top = max(c.score for c in cluster.candidates)
+    mine = set(ctx.localizer.fabric_links(cluster.element)) & set(open_elements)
+    held = [c for c in cluster.candidates if c.element in mine and c.score >= STICKY_SHARE * top]
+    return max(held, key=lambda c: (c.score, c.element)).element if held else None
+
+
+LOCAL_PAIRS = 3
+
+
+def _young_local(ctx: EvalContext, cluster: Cluster, hold: float) -> bool:
+    # exempt: a host link many probes say is slow (3 pairs, as for congestion from pairs alone)
+    if cluster.kind not in ("host_link", "hca") or cluster.pair_count >= LOCAL_PAIRS:
+        return False
+    return ctx.now - min(s.ref.started_ts for s in cluster.symptoms) < hold
+
+
+def _receivers_of_open(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
+    """A cluster of port symptoms only (no pair), on a host, while an incident of this kind is open
+    on a fabric link or switch: the ends of flows that crossed it, whose marks outlast the probes'
+    by a scrape as the fault winds down (hysteresis), not a fault of their own."""
+    if any(s.pair for s in cluster.symptoms) or cluster.kind in NETWORK_TYPES:
+        return False
+    return any(ctx.localizer.kind(e) in NETWORK_TYPES for e in open_elements)
+
+
+def _fold_misplaced(
+    kept: list[Cluster], folded: dict[int, list[Cluster]], places: Collection[str], local_pairs: int
+) -> list[Cluster]:
+    """Clusters on no place for this fault, and (``local_pairs``) local clusters with fewer pairs
+    than that beside a fabric-level cluster, join the fabric cluster: a receiver behind a fabric
+    queue has its marks and maybe a stray slow pair, not a queue of its own."""
+    fabric = next((c for c in kept if c.kind in NETWORK_TYPES), None)
+    out = []
+    for c in kept:
+        local = c.kind not in NETWORK_TYPES
+        if c.kind in places and not (local and fabric is not None and c.pair_count < local_pairs):
+            out.append(c)
+        elif fabric is not None:
+            folded.setdefault(id(fabric), []).append(c)
+    return out
+
+
+def _fold_stray_local(
+    ctx: EvalContext, kept: list[Cluster], folded: dict[int, list[Cluster]], open_elements: Collection[str]
+) -> list[Cluster]:
+    """Beside a fabric queue (found now, or an open incident's), a host's own link or port is not a
+    second queue on its receivers' marks plus some slow pairs. The marks are explained: flows into
+    the host crossed the fabric queue. What is left is pairs alone, and RTT alone never blames a host
+    link (``congestion.QUEUE_ELEMENTS``: a host answering late looks the same). Measured: a loaded
+    machine's live demo opened ``node-011/mlx5_0~leaf-03`` on 3 of its 8 probed paths, and in CI
+    ``node-009/mlx5_0~leaf-03`` after 5 minutes of the fault, on 3 slow pairs against 1-3 healthy
+    ones (a share of slow paths proved no guard on so few). The marks join the open incident's
+    cluster (a new fabric cluster when none is open; claimed by the open incident when its cluster
+    is absent this evaluation); the pairs stay unclaimed for the
+    tail-latency detector. An incast during a fabric congestion is therefore reported once the
+    fabric incident ends (docs/detection.md, blind spots)."""
+    opened = [e for e in open_elements if ctx.localizer.kind(e) in NETWORK_TYPES]
+    fabrics = [c for c in kept if c.kind in NETWORK_TYPES]
+    # The open incident's queue takes its receivers' marks; a new fabric cluster beside it does not
+    # (folded marks would spare a few stray slow pairs the pair guard: a local demo run opened a second
+    # link on a 0.06 score).
+    fabric = next((c for c in fabrics if c.element in opened), None) if opened else next(iter(fabrics), None)
+    if fabric is None and not opened:
+        return kept
+    out = []
+    for c in kept:
+        if c.kind in NETWORK_TYPES or not c.pair_count:
+            out.append(c)
+            continue
+        marks = [s for s in c.symptoms if not s.pair]
+        if fabric is not None:
+            folded.setdefault(id(fabric), []).append(replace(c, symptoms=marks))
+        else:
+            ctx.claim(s.ref for s in marks)
+    return out
+
+
+def _lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
+    """Pairs only, all crossing an element that already has an open incident (not this one)."""
+    if not open_elements or cluster.element in open_elements or any(not s.pair for s in cluster.symptoms):
+        return False
+    return all(ctx.localizer.crosses(s.ref.node, s.ref.device, open_elements) for s in cluster.symptoms)
+
+
+def _tidy(
+    clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int]
+) -> tuple[list[Cluster], dict[int, list[Cluster]]]:
+    def has_pairs(c: Cluster) -> bool:
+        return any(s.pair for s in c.symptoms)
+
+    def has_strong(c: Cluster) -> bool:
+        return any(id(s.ref) in strong_ids for s in c.symptoms)
+
+    fabric = [c for c in clusters if c.kind in NETWORK_TYPES and has_pairs(c)]
+    kept: list[Cluster] = []
+    folded: dict[int, list[Cluster]] = {}
+    for c in clusters:
+        local = c.kind not in NETWORK_TYPES
+        if local and not has_pairs(c) and fabric and (absorb_strong or not has_strong(c)):
+            folded.setdefault(id(fabric[0]), []).append(c)
+        elif not has_pairs(c) and not has_strong(c):
+            target = fabric[0] if fabric else (kept[0] if kept else None)
+            if target is not None:
+                folded.setdefault(id(target), []).append(c)
+        else:
+            kept.append(c)
+    return kept, folded

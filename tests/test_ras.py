@@ -1,0 +1,92 @@
+"""NCCL RAS: the report parsed, the version gate, and the collector against a socket speaking the protocol."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from collectors.ras import RasCollector, RasFactories
+from fabricd.collector import CollectorConfigError, build
+from fabricd.ras import CommGroup, check_version, parse_status
+from tests.helpers import CASES
+
+REPORT = (CASES / "ras" / "issue1730_nccl2.26.2" / "status.txt").read_text()
+REGISTRY = {"ras": "collectors.ras:RasCollector"}
+
+
+def test_the_report_of_a_256_gpu_job() -> None:
+    report = parse_status(REPORT)
+    assert report.version == "2.26.2"
+    assert report.groups == [CommGroup(0, 1, 32, 8, 256, 256, "RUNNING", "OK")]
+    assert report.errors == [] and report.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        ("2.26.2", r"NCCL 2.26.2: polling RAS crashes or corrupts jobs on this version \(NVIDIA/nccl#1669\)"),
+        ("2.27.3", r"NVIDIA/nccl#1762"),
+        ("2.29.7", r"NVIDIA/nccl#2346"),
+        ("2.25.1", r"NCCL 2.25.1: RAS is polled only from 2.28.3 \(older versions crashed when polled\)"),
+        ("latest", r"'latest' is not an NCCL version such as 2.28.9"),
+    ],
+)
+def test_versions_known_to_crash_are_refused(version: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        check_version(version)
+    with pytest.raises(CollectorConfigError, match=r"collectors.ras.nccl_version: Value error, "):
+        build("ras", {"nccl_version": version}, node="n1", sysfs_root=Path("/sys"), registry=REGISTRY)
+
+
+class FakeRasThread:
+    """A local TCP service speaking NCCL's RAS client protocol (src/ras/client.cc), answering STATUS
+    with the issue's report, its version line set to ``version``."""
+
+    def __init__(self, version: str) -> None:
+        self.report = REPORT.replace("NCCL version 2.26.2", f"NCCL version {version}")
+        self.connections = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        assert await reader.readline() == b"CLIENT PROTOCOL 2\n"
+        writer.write(b"SERVER PROTOCOL 2\n")
+        assert await reader.readline() == b"STATUS\n"
+        writer.write(self.report.encode())
+        await writer.drain()
+        writer.close()
+
+
+async def _run(version: str, configured: str) -> tuple[list[list[tuple[str, str, float]]], int]:
+    fake = FakeRasThread(version)
+    server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    clock = [0.0]
+    options = {"nccl_version": configured, "host": "127.0.0.1", "port": port}
+    c = build(
+        "ras",
+        options,
+        node="n1",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
+        factories=[RasFactories(monotonic=lambda: clock[0])],
+    )
+    assert isinstance(c, RasCollector)
+    polls = []
+    async with server:
+        for t in (0.0, 100.0, 301.0):
+            clock[0] = t
+            polls.append([(r.device, r.counter, r.value) for r in await c.collect()])
+    return polls, fake.connections
+
+
+def test_collector_polls_at_most_every_interval() -> None:
+    polls, connections = asyncio.run(_run("2.28.9", "2.28.9"))
+    first = [("0", "group_ranks", 256.0), ("", "errors_reported", 0.0), ("", "warnings_reported", 0.0)]
+    assert polls == [first, [], first] and connections == 2
+
+
+def test_a_job_on_another_version_stops_the_polling() -> None:
+    polls, connections = asyncio.run(_run("2.29.7", "2.28.9"))
+    assert polls == [[], [], []] and connections == 1

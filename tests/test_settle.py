@@ -1,0 +1,166 @@
+"""Event-time settlement (issue 15): 8 nodes with scrape phases spread over the interval, one node
+3 intervals late, one node silent. The engine sees each moment exactly once: complete, or with the
+silent node left out after its lateness, never half a moment."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import pytest
+
+from fabricd.detect.settle import Moment, SettleParams, Settler
+from fabricd.model import Kind, Reading, Sample
+
+PERIOD = 10.0
+NODES = [f"n{i}" for i in range(8)]
+LATE, SILENT = "n6", "n7"
+SILENT_FROM = 40.0
+END = 200.0
+
+
+def _scrape(node: str, ts: float) -> list[Sample]:
+    del node
+    return [Sample(ts, Reading("infiniband", d, "1", "port_xmit_data", 1.0, "bytes", Kind.COUNTER)) for d in ("a", "b")]
+
+
+@dataclass
+class Run:
+    moments: list[Moment]
+    produced: list[float]  # processing time each moment was settled at
+    offered: list[tuple[str, float, float]]  # node, event ts, arrival
+    settler: Settler
+
+
+def _run(params: SettleParams, delivery_delay: float = 0.7) -> Run:
+    settler = Settler(params)
+    settler.expect(NODES, 0.0)  # the central knows its fleet (a restart: the nodes it heard from)
+    arrivals: list[tuple[float, str, float]] = []  # arrival, node, ts
+    for i, node in enumerate(NODES):
+        phase = i * PERIOD / len(NODES)
+        k = 0
+        while (ts := phase + k * PERIOD) < END:
+            k += 1
+            if node == SILENT and ts >= SILENT_FROM:
+                continue
+            delay = 3 * PERIOD if node == LATE else delivery_delay
+            arrivals.append((ts + delay, node, ts))
+    arrivals.sort()
+    moments: list[Moment] = []
+    produced: list[float] = []
+    now, j = 0.0, 0
+    while now <= END + 4 * PERIOD:
+        while j < len(arrivals) and arrivals[j][0] <= now:
+            _, node, ts = arrivals[j]
+            settler.offer(node, _scrape(node, ts), now)
+            j += 1
+        ready = settler.tick(now)
+        moments.extend(ready)
+        produced.extend(now for _ in ready)
+        now += 0.25
+    return Run(moments, produced, [(n, ts, a) for a, n, ts in arrivals], settler)
+
+
+def _released_at(run: Run) -> dict[tuple[str, float], list[int]]:
+    out: dict[tuple[str, float], list[int]] = {}
+    for m, moment in enumerate(run.moments):
+        for node, s in moment.samples:
+            out.setdefault((node, s.ts), []).append(m)
+    return out
+
+
+def _check_each_moment_once_and_whole(run: Run) -> None:
+    released = _released_at(run)
+    # every scrape released, each exactly once and whole (both of its samples in one moment)
+    assert {(n, ts) for n, ts, _ in run.offered if ts <= run.moments[-1].ts} == set(released)
+    assert all(len(ms) == 2 and ms[0] == ms[1] for ms in released.values())
+    stamps = [m.ts for m in run.moments]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # each moment once
+    assert all(b - a >= 1.0 - 1e-9 for a, b in itertools.pairwise(stamps))  # step_seconds
+    # never half a moment: a node not left out has delivered everything up to the moment's time
+    for m, moment in enumerate(run.moments):
+        for (node, ts), (first, _) in released.items():
+            if ts <= moment.ts and first > m:
+                assert node in moment.left_out, f"{node}@{ts} missing from moment {moment.ts} without being left out"
+
+
+def test_with_the_default_lateness_the_late_node_is_left_out_and_its_samples_folded_in() -> None:
+    run = _run(SettleParams())
+    _check_each_moment_once_and_whole(run)
+    released = _released_at(run)
+    arrival = {(n, ts): a for n, ts, a in run.offered}
+    # the late node's scrapes are late (their moment settled without it), folded into the first
+    # moment settled after they arrived
+    late = [(n, ts) for (n, ts) in released if n == LATE]
+    first_after = {k: next(m for m, at in enumerate(run.produced) if at >= arrival[k]) for k in late}
+    assert late and all(released[k][0] == first_after[k] for k in late)
+    assert all(ts <= run.moments[first_after[(n, ts)] - 1].ts for n, ts in late)  # late indeed
+    assert run.settler.late_samples == 2 * len(late)
+    assert sum(m.late for m in run.moments) == run.settler.late_samples
+    # left out: the late node throughout, the silent one once its lateness has passed
+    lateness = SettleParams().lateness(PERIOD)
+    last_silent = max(ts for n, ts, _ in run.offered if n == SILENT)
+    watermark = last_silent + PERIOD * (1 - SettleParams().slack)
+    for moment in run.moments[3:]:
+        assert LATE in moment.left_out
+        if moment.ts < END - PERIOD:  # (after END every node falls silent)
+            assert (SILENT in moment.left_out) == (moment.ts > watermark), moment
+    steady = [m for m in run.moments if watermark + lateness < m.ts < END - PERIOD]
+    assert steady and all(m.left_out == (LATE, SILENT) for m in steady)
+    # settlement went on without them: the settled time follows the live nodes, not the silent one
+    assert run.moments[-1].ts > END - PERIOD
+    assert watermark + lateness < END
+
+
+def test_a_lateness_longer_than_the_delay_waits_for_the_late_node_and_nothing_is_late() -> None:
+    run = _run(SettleParams(lateness_seconds=4 * PERIOD))
+    _check_each_moment_once_and_whole(run)
+    assert run.settler.late_samples == 0
+    assert all(LATE not in m.left_out for m in run.moments)
+    # the silent node is left out only once the processing time passed its watermark + 4 intervals
+    last_silent = max(ts for n, ts, _ in run.offered if n == SILENT)
+    deadline = last_silent + PERIOD * (1 - SettleParams().slack) + 4 * PERIOD
+    for moment, at in zip(run.moments, run.produced, strict=True):
+        assert (SILENT in moment.left_out) == (at > deadline)
+
+
+def test_a_backlog_is_replayed_as_it_happened_not_as_one_lump() -> None:
+    settler = Settler()
+    for k in range(30):
+        for i, node in enumerate(NODES):
+            settler.offer(node, _scrape(node, k * PERIOD + i), now=0.0)
+    moments = settler.tick(now=30 * PERIOD)
+    assert len(moments) >= 30 * len(NODES) // 2
+    assert sum(len(m.samples) for m in moments) == 30 * len(NODES) * 2
+
+
+def test_a_scrape_still_arriving_is_not_settled_until_it_is_whole() -> None:
+    settler = Settler()
+    for k in range(3):
+        settler.offer("a", _scrape("a", k * PERIOD), now=k * PERIOD)
+    settler.offer("a", _scrape("a", 3 * PERIOD)[:1], now=3 * PERIOD)  # half of a scrape read so far
+    released = [s for m in settler.tick(3 * PERIOD, whole=False) for _, s in m.samples]
+    assert max(s.ts for s in released) == 2 * PERIOD
+    settler.offer("a", _scrape("a", 3 * PERIOD)[1:], now=3 * PERIOD)
+    rest = [s for m in settler.tick(3 * PERIOD, whole=True) for _, s in m.samples]
+    assert [s.ts for s in rest] == [3 * PERIOD, 3 * PERIOD]
+
+
+@pytest.mark.parametrize("phase_spread", [0.0, 0.5, 0.999])
+def test_the_learned_period_follows_the_scrape_interval(phase_spread: float) -> None:
+    settler = Settler()
+    for k in range(5):
+        settler.offer("a", _scrape("a", k * 5.0 + phase_spread), now=k * 5.0)
+    assert settler.marks["a"].period == pytest.approx(5.0)
+
+
+def test_the_state_of_a_node_expected_but_not_heard_from_is_finite() -> None:
+    """A restarted central expects its recent nodes before they deliver: /api/v1/status and
+    /metrics must still show finite figures (JSON has no infinity)."""
+    settler = Settler()
+    settler.expect(["a", "b"], now=100.0)
+    settler.offer("a", _scrape("a", 100.0), now=100.5)
+    settler.tick(101.0)
+    state = settler.state()
+    assert state.settled_ts is None and state.nodes == 2 and state.left_out == ()
+    assert state.max_node_lateness_seconds == 1.0  # a's watermark is its scrape (period not learned)
