@@ -245,3 +245,21 @@ def test_a_receiver_whose_every_probed_path_is_slow_is_still_the_fabric_queues_r
     # blind spot "an incast during a fabric congestion", docs/detection.md).
     _, opened = _receiver_beside_the_fault(slow_pairs=8)
     assert opened == [("congestion", FAULT)]
+
+
+def test_marks_beside_an_open_fabric_incident_stay_its_own_while_a_probe_storm_sets_pairs_aside() -> None:
+    # While the uplink's incident is open, every pair through another uplink is slow for one scrape
+    # too: more than 60 % of the probed pairs at once, so the engine sets every pair finding aside
+    # for that evaluation (probe_storm_share) and only the receivers' marks are left. They are the
+    # open incident's receivers, not a second queue: the old code blamed leaf-01 on them by share
+    # (16 receivers spread evenly, the first leaf by name).
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    other = "leaf-01~spine-01"
+    port = receivers_marked(c)
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        burst = in_fault(ts, c, 20, 21) and other in ORACLE(src, dst)
+        return (0.0, 450e-6 if burst or (in_fault(ts, c) and crosses(src, dst)) else 20e-6)
+
+    changes = replay(engine(), c.rounds(40, port=port, pairs=pairs))
+    assert {i.key for i in changes if i.state is IncidentState.OPEN} == {f"congestion:{FAULT}"}
