@@ -120,3 +120,105 @@ def test_two_ports_with_marks_of_their_own_are_two_places_not_one_of_two() -> No
         ("node-011/mlx5_0~leaf-03", False),
         ("node-016/mlx5_0~leaf-04", False),
     ]
+
+
+# --- round trips: a queue on one direction of a link (docs/detection.md, "Round trips") ----------
+
+LAB = fat_tree(12, 1, 4, 2, "roce")  # the routed lab's shape: 3 leaves of 4 hosts, 2 spines
+OUT_OF_LEAF_03 = "leaf-03~spine-01>spine-01"  # the leaf's egress towards spine-01: where the tbf sits
+
+
+def _leaves(topo: Topology, path: frozenset[str], src: str) -> list[str]:
+    """The switches a path visits, in order from ``src``'s leaf (a path here is up, over, down)."""
+    first = topo.uplink(f"{src}/mlx5_0").b
+    spines = sorted(e for e in path if e in topo.switches and topo.switches[e].tier == "spine")
+    last = next(e for e in path if e in topo.switches and e != first and e not in spines) if spines else first
+    return [first, *spines, last] if spines else [first]
+
+
+def _leaves_egress(topo: Topology, path: frozenset[str], src: str, queue: str) -> bool:
+    """Whether a packet on ``path`` from ``src`` leaves ``queue``'s leaf towards its spine."""
+    link, _, towards = queue.partition(">")
+    hops = _leaves(topo, path, src)
+    return link in path and len(hops) == 3 and towards == hops[1] and link.startswith(hops[0])
+
+
+def round_tripped(
+    topo: Topology, queue: str, forward_known: bool, replies_known: bool
+) -> tuple[Cluster | None, list[tuple[str, str]]]:
+    """Every ordered pair probed; requests and replies each hashed onto one ECMP alternative by
+    their own 5-tuple (different spreads); a pair is bad when its request or its reply leaves
+    through ``queue``. Returns the cluster and the bad pairs."""
+    names = sorted(topo.nodes)
+    there, back = {}, {}
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if a != b:
+                alts = sorted(topo.paths(a, b), key=sorted)
+                there[(a, b)] = alts[spread(i, j, len(alts))]
+                rev = sorted(topo.paths(b, a), key=sorted)
+                back[(a, b)] = rev[(i * j + i // 2 + j // 3) % len(rev)]  # independent of the request's
+    loc = Localizer(
+        topo,
+        (lambda a, b: sorted(there[(a, b)])) if forward_known else None,
+        (lambda a, b: sorted(back[(a, b)]) if replies_known else None),
+    )
+    bad: list[Symptom] = []
+    good: list[Symptom] = []
+    slow = []
+    for (a, b), path in there.items():
+        hit = _leaves_egress(topo, path, a, queue) or _leaves_egress(topo, back[(a, b)], b, queue)
+        (bad if hit else good).append(loc.pair_symptom((a, b), a, b))
+        if hit:
+            slow.append((a, b))
+    clusters = loc.explain(bad, good)
+    assert len(clusters) <= 1, clusters
+    return (clusters[0] if clusters else None), slow
+
+
+def test_a_one_way_queue_seen_by_traced_requests_and_untraced_replies_is_its_link() -> None:
+    # The routed lab's case: requests traced, replies hashed by their own 5-tuple (unknown). Pairs
+    # slowed on their reply cross the link only as a possibility, and pairs crossing it the other
+    # way (into the leaf) are healthy: undirected and request-only, the link's share of slow
+    # probed paths sat near the pair guard's 75 % (the lab passed some runs, not all).
+    c, slow = round_tripped(LAB, OUT_OF_LEAF_03, forward_known=True, replies_known=False)
+    assert c is not None and (c.element, c.ambiguous, c.consistency) == ("leaf-03~spine-01", False, 1.0)
+    assert sorted(s.ref for s in c.symptoms) == sorted(slow)
+    assert c.candidates[0].element == "leaf-03~spine-01"
+
+
+def test_with_replies_traced_too_the_queue_is_its_link_and_every_slow_pair_is_explained() -> None:
+    c, slow = round_tripped(LAB, OUT_OF_LEAF_03, forward_known=True, replies_known=True)
+    assert c is not None and (c.element, c.ambiguous, c.consistency) == ("leaf-03~spine-01", False, 1.0)
+    assert c.candidates[0] == Candidate("leaf-03~spine-01", 1.0, 1.0)
+    assert sorted(s.ref for s in c.symptoms) == sorted(slow)
+
+
+def test_a_one_way_queue_with_nothing_traced_is_one_of_the_leafs_uplinks() -> None:
+    c, _ = round_tripped(LAB, OUT_OF_LEAF_03, forward_known=False, replies_known=False)
+    assert summary(c)[:3] == ("leaf-03", True, "one of leaf-03's 2 uplinks (leaf-03~spine-01, leaf-03~spine-02)")
+    assert [(x.element, x.weight) for x in summary(c)[3]] == [("leaf-03~spine-01", 0.5), ("leaf-03~spine-02", 0.5)]
+
+
+def test_without_a_reply_oracle_replies_retrace_the_request_and_links_have_no_direction() -> None:
+    loc = Localizer(LAB, lambda a, b: sorted(LAB.paths(a, b), key=sorted)[0])
+    trips, common = loc.round_trip("node-001", "node-009")
+    assert trips == loc.pair_paths("node-001", "node-009") and common == trips[0]
+    assert not any(">" in e for e in common)
+
+
+def test_a_round_trip_walks_each_link_in_the_direction_it_is_crossed() -> None:
+    there = sorted(LAB.paths("node-001", "node-009"), key=sorted)[0]
+    back = sorted(LAB.paths("node-009", "node-001"), key=sorted)[1]
+    loc = Localizer(LAB, lambda a, b: sorted(there), lambda a, b: sorted(back))
+    (trip,), _ = loc.round_trip("node-001", "node-009")
+    assert sorted(e for e in trip if ">" in e) == [
+        "leaf-01~spine-01>spine-01",
+        "leaf-01~spine-02>leaf-01",
+        "leaf-03~spine-01>leaf-03",
+        "leaf-03~spine-02>spine-02",
+        "node-001/mlx5_0~leaf-01>leaf-01",
+        "node-001/mlx5_0~leaf-01>node-001/mlx5_0",
+        "node-009/mlx5_0~leaf-03>leaf-03",
+        "node-009/mlx5_0~leaf-03>node-009/mlx5_0",
+    ]

@@ -203,7 +203,7 @@ def test_three_replicas_one_killed_lose_nothing_store_nothing_twice_and_open_the
             before = until(lambda: balanced(servers[0].url, ids), 60, "partitions not spread over 3 replicas")
             sim = live.start(scenario, tmp_path / "sim", nodes=NODES)  # its clock starts now
             cluster = sim.cluster
-            doc = to_doc(cluster.sim.fabric.topology, cluster.routes())
+            doc = to_doc(cluster.sim.fabric.topology, cluster.routes(), cluster.replies())
             upload_topology(servers[0].url, doc)
             # The first victim: not the correlator, and storing some node's partition; the second: the
             # correlator, once the incident is open; the third replica is never killed.
@@ -349,11 +349,12 @@ def single_engine(db: str, doc: dict[str, Any], until_ts: float, began_before: f
     from fabricd.detect.settle import SettleParams
     from fabricd.server.detection import EngineFeed
     from fabricd.server.store.storage import Storage
-    from fabricd.topology import from_doc, routes_of
+    from fabricd.topology import from_doc, replies_of, routes_of
 
     engine = DetectionEngine()
     topology = from_doc(doc)
-    engine.set_topology(topology, routes_of(doc, topology) or None)
+    routes = routes_of(doc, topology)
+    engine.set_topology(topology, routes or None, replies_of(doc, topology, routes))
     feed = EngineFeed(engine, SettleParams(lateness_seconds=LATENESS_SECONDS))
     store = Storage.open(sqlalchemy.create_engine(db))
     try:

@@ -71,7 +71,10 @@ class DetectionEngine:
     # --- configuration -------------------------------------------------------------------------
 
     def set_topology(
-        self, topology: Any, path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None
+        self,
+        topology: Any,
+        path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None,
+        reply_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None,
     ) -> None:
         """Use ``topology`` (``fabricd.topology.Topology``) for element ids and paths.
 
@@ -79,8 +82,12 @@ class DetectionEngine:
         nodes actually crosses (traceroute / ibtracert, or the switches' ECMP hash model). Without
         it every ECMP alternative is a candidate, and a fault on one leaf-spine link can only be
         narrowed down to the leaf's uplinks (docs/detection.md, blind spots).
+
+        ``reply_oracle(src_node, dst_node)`` gives the path of the replies to those probes, from dst
+        back to src (None where unknown: every ECMP alternative). Without it replies retrace the
+        forward path (symmetric routing, as the simulator models it) and links have no direction.
         """
-        self.localizer = Localizer(topology, path_oracle)
+        self.localizer = Localizer(topology, path_oracle, reply_oracle)
         self._hca_of.clear()
 
     # --- the one entry point ---------------------------------------------------------------------

@@ -1,38 +1,30 @@
-"""Localization: the smallest topology element that explains a set of symptoms.
+"""Localization: the smallest topology element that explains a set of symptoms (docs/detection.md,
+"Localization", "Round trips" and "Partial knowledge").
 
-Symptoms come in two shapes:
-
-* a *pair* symptom (pingmesh loss or RTT between two nodes): the elements on the pair's path. When a
-  path oracle knows the path a probe takes (traceroute / ibtracert, or the switches' ECMP hash
-  model; the simulator provides its own) the path is exact; otherwise every ECMP alternative from
-  ``Topology.paths`` is a candidate and an element gets the fraction of alternatives containing it;
+* a *pair* symptom (pingmesh loss or RTT between two nodes): the elements on the pair's round trip;
+  exact where a path oracle knows the path (traceroute / ibtracert, the simulator's), else every
+  ECMP alternative (``Topology.paths``), each element getting the fraction of alternatives holding it;
 * a *port* symptom (the port's own counters): the HCA port, its host link and its node.
 
-Scoring (007's votes with NetBouncer's "a healthy path clears its elements"): for each element,
-``bad`` = sum of symptom weights x fraction of the symptom's alternatives that contain it, ``good`` =
-the same over healthy pairs; score = ``bad / total_bad x bad / (bad + good)``: the share of the
-symptoms it explains times how consistently its paths are bad. The best element is taken, the
-symptoms it explains are removed, and the rest is explained again (greedy set cover), so two faults
-give two clusters. Ties go to the smallest element (a link before a switch or a node).
-
-Partial knowledge (issue 16 §5, docs/detection.md): a symptom whose path is known (traced, uploaded,
-or the simulator's) gives every element on it its whole weight; one with n ECMP alternatives gives
-each alternative's own elements 1/n, so the elements every alternative shares (the leaf) collect
-the votes and the alternatives' links split them. When the best element is such a switch and the
-symptoms reach it only through its fabric links (no bad pair stays below it), the fault is on one
-of those links: the one whose score stands out (``STANDS_OUT`` times the next, the traced paths
-having told them apart), or, when none does, all of the top ones, and the cluster says it is
-``ambiguous`` among them rather than pick one.
+Scoring (007's votes with NetBouncer's "a healthy path clears its elements", ``votes.Tally``): the
+share of the symptoms an element explains times how consistently its paths are bad. The best
+element is taken, the symptoms it explains removed, the rest explained again (greedy set cover), so
+two faults give two clusters; ties go to the smallest element. A switch that collected split ECMP
+votes, reached only through its fabric links, is one of those links: the one that stands out
+(``STANDS_OUT``), or the top ones, and the cluster says it is ``ambiguous`` among them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from fabricd.detect.roundtrip import combine, directed_keys, link_of
+from fabricd.detect.votes import Cluster, Symptom, Tally, certain_votes, share, ties, votes
 from fabricd.model import Candidate
 from fabricd.topology import Element, ElementKind
+
+__all__ = ["Cluster", "Localizer", "PathOracle", "Symptom"]
 
 # Tie-break: smaller elements first (a link explains less than the switch it hangs off); an element
 # the topology does not know ranks last.
@@ -56,35 +48,7 @@ TOP_CANDIDATES = 5
 # two alternatives gives each half the weight a known path gives, so a lead smaller than that can
 # come from the split weights alone, not from paths that tell the links apart.
 STANDS_OUT = 2.0
-TIE = 1e-9
 PathOracle = Callable[[str, str], Collection[str] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Symptom:
-    """Something observed bad (or, in ``healthy``, observed fine) and where it could come from."""
-
-    ref: Any  # what the caller wants back (a finding, a pair)
-    alternatives: tuple[frozenset[str], ...]
-    weight: float = 1.0
-    pair: bool = False  # a node pair (through the fabric) rather than one port's own counters
-
-
-@dataclass(slots=True)
-class Cluster:
-    element: str
-    candidates: list[Candidate]
-    symptoms: list[Symptom] = field(default_factory=list)
-    # bad / (bad + good) votes of the element: 1.0 when every probed path through it is bad
-    consistency: float = 1.0
-    kind: ElementKind | None = None  # from the topology (None: an element it does not know)
-    # the evidence cannot tell ``candidates`` apart; ``element`` is the switch they hang off
-    ambiguous: bool = False
-    subject: str = ""  # how the summary names it: "one of leaf-02's 4 uplinks (...)"
-
-    @property
-    def pair_count(self) -> int:
-        return sum(1 for s in self.symptoms if s.pair)
 
 
 class Localizer:
@@ -97,10 +61,18 @@ class Localizer:
     """
 
     def __init__(
-        self, topology: Any = None, path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None
+        self,
+        topology: Any = None,
+        path_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None,
+        reply_oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None = None,
     ) -> None:
         self.topology = topology
         self._oracle = _as_oracle(path_oracle)
+        # None: replies retrace the forward path (symmetric routing, as the simulator models it);
+        # else the reply path of (src, dst)'s probes, from dst back to src, None where unknown
+        self._replies = _as_oracle(reply_oracle)
+        self._trips: dict[tuple[str, str], tuple[tuple[frozenset[str], ...], frozenset[str]]] = {}
+        self._link_of: dict[str, str] = {}  # directed vote key -> its link
         self._host_link: dict[str, str] = {}
         self._leaf: dict[str, str] = {}
         self._hcas: dict[str, list[str]] = {}
@@ -176,7 +148,45 @@ class Localizer:
         return Symptom(ref, (frozenset({hca, self.host_link(hca), node}),), weight)
 
     def pair_symptom(self, ref: Any, src: str, dst: str, weight: float = 1.0) -> Symptom:
-        return Symptom(ref, self.pair_paths(self._node(src), self._node(dst)), weight, pair=True)
+        """A probe pair's symptom: its round trips (a probe's RTT and its loss are the request's
+        path and the reply's), each with the links' directions when replies take paths of their own."""
+        trips, common = self.round_trip(self._node(src), self._node(dst))
+        return Symptom(ref, trips, weight, pair=True, common=common)
+
+    def round_trip(self, src: str, dst: str) -> tuple[tuple[frozenset[str], ...], frozenset[str]]:
+        """The pair's round-trip alternatives (request x reply) and the elements all of them hold
+        (cached: a new topology or new routes make a new localizer)."""
+        key = (src, dst)
+        found = self._trips.get(key)
+        if found is None:
+            trips = self._round_trips(src, dst)
+            common = frozenset.intersection(*trips) if trips else frozenset()
+            found = self._trips[key] = (trips, common)
+        return found
+
+    def _round_trips(self, src: str, dst: str) -> tuple[frozenset[str], ...]:
+        forward = self.pair_paths(src, dst)
+        if self._replies is None or not forward:
+            return forward  # symmetric: the reply crosses the same links, both ways, as one element each
+        there = [alt | self._directed(alt, src) for alt in forward]
+        back = [alt | self._directed(alt, dst) for alt in self._reply_paths(src, dst)]
+        return combine(there, back)
+
+    def _directed(self, alt: frozenset[str], start: str) -> frozenset[str]:
+        keys = directed_keys(alt, start, self.element)
+        for key in keys:
+            self._link_of[key] = link_of(key)
+        return keys
+
+    def _reply_paths(self, src: str, dst: str) -> tuple[frozenset[str], ...]:
+        """Where the replies to src's probes go, from dst back to src: as told (a traced reply, an
+        uploaded one, InfiniBand's route from dst to src), else every ECMP alternative."""
+        path = self._replies(src, dst) if self._replies is not None else None
+        if path is not None:
+            return (frozenset({src, dst}) | self._with_ends(path),)
+        if self.topology is not None and src in self._hcas and dst in self._hcas and src != dst:
+            return tuple(self.topology.paths(dst, src))
+        return (frozenset({src, dst}),)
 
     def pair_ports(self, src: str, dst: str) -> dict[str, float]:
         """The HCA ports a probe pair uses, each with the fraction of its path alternatives using it
@@ -198,8 +208,8 @@ class Localizer:
         return out
 
     def crosses(self, src: str, dst: str, elements: Collection[str]) -> bool:
-        """Whether every path alternative of the pair crosses one of ``elements``."""
-        alts = self.pair_paths(src, dst)
+        """Whether every round trip of the pair crosses one of ``elements``."""
+        alts = self.round_trip(src, dst)[0]
         return bool(alts) and all(any(e in alt for e in elements) for alt in alts)
 
     def may_cross(self, src: str, dst: str, elements: Collection[str]) -> bool:
@@ -234,46 +244,67 @@ class Localizer:
         """Greedy cover of ``bad`` by best-scoring elements; one cluster per chosen element."""
         remaining = list(bad)
         fine = list(healthy)
-        good = _votes(fine)
+        good, good_certain = votes(fine), certain_votes(fine)
         clusters: list[Cluster] = []
         while remaining:
-            scores = _scores(remaining, good)
+            tally = Tally(votes(remaining), good, certain_votes(remaining), good_certain, remaining)
+            scores, keys = self._scores(tally)
             if not scores:
                 break
             ranked = sorted(scores.items(), key=lambda kv: (-round(kv[1], 9), _RANK[self.kind(kv[0])], kv[0]))
             if ranked[0][1] < min_share and clusters:
                 break
-            cluster = self._ecmp_cluster(ranked[0][0], scores, remaining, fine) or self._cluster(
-                ranked, remaining, good
+            cluster = self._ecmp_cluster(ranked[0][0], scores, remaining, tally, keys) or self._cluster(
+                ranked, remaining, tally, keys
             )
             clusters.append(cluster)
             remaining = [s for s in remaining if s not in cluster.symptoms]
         return clusters
 
-    def _cluster(self, ranked: list[tuple[str, float]], remaining: list[Symptom], good: Mapping[str, float]) -> Cluster:
+    def _scores(self, tally: Tally) -> tuple[dict[str, float], dict[str, str]]:
+        """Each element's score; a link's is that of the direction (or both) its evidence fits best,
+        and ``keys`` says which vote key that was. Directed keys exist only when replies take paths
+        of their own (``_directed``): a queue on one direction of a link delays the pairs whose
+        request or reply leaves through it, and pairs crossing it the other way say nothing of it."""
+        scores: dict[str, float] = {}
+        keys: dict[str, str] = {}
+        best: dict[str, tuple[float, int]] = {}
+        for key, v in tally.bad.items():
+            if v <= 0:
+                continue
+            element = self._link_of.get(key, key)
+            rank = (round(tally.score(key), 9), int(key == element))  # a tie keeps the link itself
+            if element not in best or rank > best[element]:
+                best[element], keys[element], scores[element] = rank, key, tally.score(key)
+        return scores, keys
+
+    def _cluster(
+        self, ranked: list[tuple[str, float]], remaining: list[Symptom], tally: Tally, keys: Mapping[str, str]
+    ) -> Cluster:
         """The best element's cluster; ambiguous when others of its kind tie with it (the tie-break
         by name would pick one silently: two links every bad path crosses together)."""
         best, lead = ranked[0]
-        explained = [s for s in remaining if any(best in alt for alt in s.alternatives)]
-        votes = _votes(remaining)
-        total = sum(s.weight for s in remaining) or 1.0
+        key = keys.get(best, best)
+        explained = [s for s in remaining if any(key in alt for alt in s.alternatives)]
+        bad_votes = tally.bad
         rank = _RANK[self.kind(best)]
-        tied = [e for e, v in ranked if _ties(v, lead) and _RANK[self.kind(e)] == rank]
+        tied = [e for e, v in ranked if ties(v, lead) and _RANK[self.kind(e)] == rank]
         # A tie is ambiguity only between elements on the same symptoms' paths: two host links
         # scoring alike from two ports' own marks are two places, not "one of" them.
-        tied = [e for e in tied if all(any(e in alt for alt in s.alternatives) for s in explained)]
+        tied = [e for e in tied if all(any(keys.get(e, e) in alt for alt in s.alternatives) for s in explained)]
         if len(tied) > 1:
-            group = sum(votes.get(e, 0.0) for e in tied) or 1.0
-            top = [Candidate(e, round(lead, 4), round(votes.get(e, 0.0) / group, 4)) for e in tied]
+            group = sum(bad_votes.get(keys.get(e, e), 0.0) for e in tied) or 1.0
+            top = [Candidate(e, round(lead, 4), round(bad_votes.get(keys.get(e, e), 0.0) / group, 4)) for e in tied]
         else:
-            top = [Candidate(e, round(v, 4), round(votes.get(e, 0.0) / total, 4)) for e, v in ranked[:TOP_CANDIDATES]]
-        bad = votes.get(best, 0.0)
-        consistency = bad / (bad + good.get(best, 0.0)) if bad else 0.0
+            top = [
+                Candidate(e, round(v, 4), round(bad_votes.get(keys.get(e, e), 0.0) / tally.total, 4))
+                for e, v in ranked[:TOP_CANDIDATES]
+            ]
         subject = self._subject(best, tied) if len(tied) > 1 else ""
-        return Cluster(best, top, explained, consistency, self.kind(best), len(tied) > 1, subject)
+        return Cluster(best, top, explained, tally.consistency(key), self.kind(best), len(tied) > 1, subject)
 
     def _ecmp_cluster(
-        self, best: str, scores: Mapping[str, float], remaining: list[Symptom], healthy: list[Symptom]
+        self, best: str, scores: Mapping[str, float], remaining: list[Symptom], tally: Tally, keys: Mapping[str, str]
     ) -> Cluster | None:
         """The cluster of a switch that collected split votes, placed on its fabric links (see the
         module's docstring); None when the symptoms do not reach it through them alone."""
@@ -282,19 +313,19 @@ class Localizer:
         explained = [s for s in remaining if any(best in alt for alt in s.alternatives)]
         if not any(len(s.alternatives) > 1 for s in explained):
             return None  # every path known: the switch itself is what they share
-        tied = [e for e, v in scores.items() if self.kind(e) is ElementKind.SWITCH and _ties(v, scores[best])]
+        tied = [e for e, v in scores.items() if self.kind(e) is ElementKind.SWITCH and ties(v, scores[best])]
         groups = [(sw, links) for sw in sorted(tied) if (links := self._top_links(sw, scores, remaining))]
         if not groups or groups[0][0] != best:
             return None
         tops = {sw: max(scores[link] for link in links) for sw, links in groups}
         lead = max(tops.values())
-        members = sorted({m for sw, links in groups if _ties(tops[sw], lead) for m in links})
+        members = sorted({m for sw, links in groups if ties(tops[sw], lead) for m in links})
         if len(groups[0][1]) == 1 or len(members) == 1:  # one link stands out: the paths told them apart
             link = groups[0][1][0] if len(groups[0][1]) == 1 else members[0]
             ranked = sorted(scores.items(), key=lambda kv: (-round(kv[1], 9), _RANK[self.kind(kv[0])], kv[0]))
             ranked.insert(0, ranked.pop(next(i for i, (e, _) in enumerate(ranked) if e == link)))
-            return self._cluster(ranked, remaining, _votes(healthy))
-        return self._ambiguous(best, members, remaining, healthy)
+            return self._cluster(ranked, remaining, tally, keys)
+        return self._ambiguous(best, members, remaining, tally)
 
     def _top_links(self, switch: str, scores: Mapping[str, float], remaining: list[Symptom]) -> list[str]:
         """The switch's fabric links within STANDS_OUT of its best one; [] when a bad symptom
@@ -307,20 +338,22 @@ class Localizer:
         if not voted:
             return []
         lead = voted[-1][0]
-        return sorted(link for v, link in voted if v * STANDS_OUT > lead or _ties(v, lead))
+        return sorted(link for v, link in voted if v * STANDS_OUT > lead or ties(v, lead))
 
-    def _ambiguous(self, switch: str, members: list[str], remaining: list[Symptom], healthy: list[Symptom]) -> Cluster:
+    def _ambiguous(self, switch: str, members: list[str], remaining: list[Symptom], tally: Tally) -> Cluster:
         """One of ``members``: each weighted by its share of the evidence; consistency as if one
         of them carried every bad symptom, over the probed traffic one of them carries."""
         group = set(members)
         explained = [s for s in remaining if any(group & alt for alt in s.alternatives)]
-        bad = _votes(explained)
+        bad = votes(explained)
         total = sum(bad.get(m, 0.0) for m in members) or 1.0
-        scores = _scores(remaining, _votes(healthy))
+        scores = self._scores(tally)[0]
         candidates = [Candidate(m, round(scores.get(m, 0.0), 4), round(bad.get(m, 0.0) / total, 4)) for m in members]
-        carried = _votes([*explained, *healthy])
+        carried = votes(explained)
+        for e, v in tally.good.items():
+            carried[e] = carried.get(e, 0.0) + v
         load = sum(carried.get(m, 0.0) for m in members) / len(members)
-        crossing = sum(s.weight * _share(s, group) for s in explained)
+        crossing = sum(s.weight * share(s, group) for s in explained)
         consistency = min(1.0, crossing / load) if load else 0.0
         return Cluster(
             switch, candidates, explained, consistency, ElementKind.SWITCH, True, self._subject(switch, members)
@@ -352,31 +385,6 @@ class Localizer:
                 if found.node:
                     out.add(found.node)
         return frozenset(out)
-
-
-def _votes(symptoms: Iterable[Symptom]) -> dict[str, float]:
-    votes: dict[str, float] = {}
-    for s in symptoms:
-        share = s.weight / len(s.alternatives) if s.alternatives else 0.0
-        for alt in s.alternatives:
-            for e in alt:
-                votes[e] = votes.get(e, 0.0) + share
-    return votes
-
-
-def _share(s: Symptom, group: set[str]) -> float:
-    """The fraction of a symptom's alternatives crossing one of ``group``."""
-    return sum(1 for alt in s.alternatives if group & alt) / len(s.alternatives) if s.alternatives else 0.0
-
-
-def _ties(a: float, b: float) -> bool:
-    return abs(a - b) <= TIE * max(abs(a), abs(b), 1.0)
-
-
-def _scores(bad: Sequence[Symptom], good: Mapping[str, float]) -> dict[str, float]:
-    votes = _votes(bad)
-    total = sum(s.weight for s in bad) or 1.0
-    return {e: (v / total) * (v / (v + good.get(e, 0.0))) for e, v in votes.items() if v > 0}
 
 
 def _as_oracle(oracle: PathOracle | Mapping[tuple[str, str], Collection[str]] | None) -> PathOracle | None:

@@ -12,6 +12,12 @@ class RouteIn(BaseModel):
     src: str = Field(max_length=128, description="node the probes start from")
     dst: str = Field(max_length=128, description="node they go to")
     elements: list[str] = Field(max_length=64, description="element ids the packets cross (ports, links, switches)")
+    reply: list[str] | None = Field(
+        default=None,
+        max_length=64,
+        description="element ids the replies to these probes cross, from dst back to src; absent: unknown "
+        "(an ECMP fabric hashes the reply's 5-tuple on its own; InfiniBand replies take the dst -> src route)",
+    )
 
 
 class TopologyIn(BaseModel):

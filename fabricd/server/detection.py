@@ -231,7 +231,7 @@ class EngineDetector(EngineFeed):
         return super().deliver(deliveries, now, whole)
 
     def _refresh_topology(self) -> None:
-        from fabricd.topology import from_doc, routes_of
+        from fabricd.topology import from_doc, replies_of, routes_of
 
         now = time.monotonic()
         if now < self._next_check:
@@ -244,7 +244,8 @@ class EngineDetector(EngineFeed):
         if row.updated_ts != self._topology_ts:
             try:
                 topology = from_doc(row.doc)
-                self.engine.set_topology(topology, routes_of(row.doc, topology) or None)
+                routes = routes_of(row.doc, topology)
+                self.engine.set_topology(topology, routes or None, replies_of(row.doc, topology, routes))
             except (ValueError, KeyError) as exc:
                 logs.event(log, logging.ERROR, "stored topology is invalid; keeping the previous one", error=str(exc))
             self._topology_ts = row.updated_ts

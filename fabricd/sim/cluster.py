@@ -65,6 +65,15 @@ class SimCluster:
             out[(p.src, p.dst)] = [p.src, p.dst, src, dst, *p.links]
         return out
 
+    def replies(self) -> dict[tuple[str, str], list[str]]:
+        """Where the replies to each probed pair's probes go, from dst back to src: the simulator
+        routes them back over the request's links (symmetric; a fault on a link delays and drops
+        both directions, ``model.probe_interval``)."""
+        return {
+            (src, dst): [dst, src, *reversed(path[2:4]), *reversed(path[4:])]
+            for (src, dst), path in self.routes().items()
+        }
+
     def write_all(self, step: Step = quiet) -> None:
         for node in self.nodes:
             ports = [self.sim.ports[p] for p in self.sim.fabric.ports_of[node]]

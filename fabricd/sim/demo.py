@@ -160,7 +160,7 @@ def start_simulated_cluster(demo: Demo) -> list[str]:
     # The central localizes on the topology it knows: hand it the simulated fabric's and its probe
     # routes, as a discovery job (ibnetdiscover or LLDP, and ibtracert or traceroute) would.
     cluster = demo.sim.cluster
-    upload_topology(demo.url, to_doc(cluster.sim.fabric.topology, cluster.routes()))
+    upload_topology(demo.url, to_doc(cluster.sim.fabric.topology, cluster.routes(), cluster.replies()))
     for node in demo.sim.nodes:
         demo.start_agent(node, demo.sim.sysfs_root(node), demo.sim.agent_config(node))
     return list(demo.sim.nodes)

@@ -19,7 +19,7 @@ This package re-exports their public names.
 from __future__ import annotations
 
 from fabricd.topology.build import Naming, fat_tree, from_yaml
-from fabricd.topology.document import DOC_VERSION, Routes, from_doc, routes_of, to_doc
+from fabricd.topology.document import DOC_VERSION, Routes, from_doc, replies_of, routes_of, to_doc
 from fabricd.topology.ibnet import ca_port_id, end_id, from_ibnetdiscover, switch_ids
 from fabricd.topology.model import LEAF, MAX_PATHS, SPINE, Element, ElementKind, HcaPort, Link, Switch, Topology
 
@@ -42,6 +42,7 @@ __all__ = [
     "from_doc",
     "from_ibnetdiscover",
     "from_yaml",
+    "replies_of",
     "routes_of",
     "switch_ids",
     "to_doc",

@@ -17,6 +17,7 @@ with it). A document without ``version`` is read as version 1 (documents uploade
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fabricd.topology.model import LEAF, SPINE, HcaPort, Switch, Topology
@@ -26,9 +27,9 @@ LINK_LAYERS = ("infiniband", "roce", "ethernet")
 Routes = dict[tuple[str, str], list[str]]  # (src node, dst node) -> the elements its packets cross
 
 
-def to_doc(topo: Topology, routes: Routes | None = None) -> dict[str, Any]:
+def to_doc(topo: Topology, routes: Routes | None = None, replies: Routes | None = None) -> dict[str, Any]:
     """The topology document of ``topo`` (and, when known, the routes between probed nodes:
-    traceroute / ibtracert, or the switches' ECMP hash)."""
+    traceroute / ibtracert, or the switches' ECMP hash; and where their replies go)."""
     elements: list[dict[str, Any]] = [
         {"id": sw.id, "type": "switch", "tier": sw.tier, "guid": sw.guid} for sw in topo.switches.values()
     ]
@@ -53,8 +54,15 @@ def to_doc(topo: Topology, routes: Routes | None = None) -> dict[str, Any]:
         links.append(entry)
     doc: dict[str, Any] = {"version": DOC_VERSION, "link_layer": topo.link_layer, "elements": elements, "links": links}
     if routes:
-        doc["routes"] = [{"src": src, "dst": dst, "elements": list(path)} for (src, dst), path in routes.items()]
+        doc["routes"] = [_route(src, dst, path, (replies or {}).get((src, dst))) for (src, dst), path in routes.items()]
     return doc
+
+
+def _route(src: str, dst: str, path: Sequence[str], reply: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"src": src, "dst": dst, "elements": list(path)}
+    if reply is not None:
+        out["reply"] = list(reply)
+    return out
 
 
 def from_doc(doc: dict[str, Any]) -> Topology:
@@ -142,8 +150,32 @@ def routes_of(doc: dict[str, Any], topo: Topology) -> Routes:
         src, dst, path = str(route.get("src", "")), str(route.get("dst", "")), route.get("elements") or []
         if src not in topo.nodes or dst not in topo.nodes:
             raise ValueError(f"routes[{i}]: src {src!r} and dst {dst!r} must be nodes of the topology")
-        unknown = [str(e) for e in path if str(e) not in known]
+        unknown = [str(e) for e in [*path, *(route.get("reply") or [])] if str(e) not in known]
         if unknown:
             raise ValueError(f"routes[{i}] ({src} -> {dst}): unknown element(s) {', '.join(unknown[:5])}")
         routes[(src, dst)] = [str(e) for e in path]
     return routes
+
+
+ReplyOracle = Callable[[str, str], "list[str] | None"]
+
+
+def replies_of(doc: dict[str, Any], topo: Topology, routes: Routes) -> ReplyOracle:
+    """Where the replies to each probed pair's probes go (docs/detection.md, "Round trips"): the
+    route's ``reply`` when the document gives one; on InfiniBand the route from dst back to src (a
+    reply is routed to the prober's LID like any packet from dst); else unknown (None): an ECMP
+    fabric hashes the reply's own 5-tuple, which a trace of the probe's says nothing about."""
+    told = {
+        (str(r.get("src", "")), str(r.get("dst", ""))): [str(e) for e in r["reply"]]
+        for r in doc.get("routes") or []
+        if r.get("reply") is not None
+    }
+    infiniband = topo.link_layer == "infiniband"
+
+    def reply(src: str, dst: str) -> list[str] | None:
+        found = told.get((src, dst))
+        if found is None and infiniband:
+            found = routes.get((dst, src))
+        return found
+
+    return reply

@@ -1,0 +1,109 @@
+"""Votes of the localizer (``fabricd.detect.localize``): the symptoms it explains, the clusters it
+returns, and the tally of bad and good votes an element's score comes from (docs/detection.md,
+"Localization" and "Round trips")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabricd.model import Candidate
+from fabricd.topology import ElementKind
+
+TIE = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Symptom:
+    """Something observed bad (or, in ``healthy``, observed fine) and where it could come from."""
+
+    ref: Any  # what the caller wants back (a finding, a pair)
+    alternatives: tuple[frozenset[str], ...]
+    weight: float = 1.0
+    pair: bool = False  # a node pair (through the fabric) rather than one port's own counters
+    # the elements every alternative holds: where the symptom certainly went (None: work it out)
+    common: frozenset[str] | None = None
+
+    def certain(self) -> frozenset[str]:
+        if self.common is not None:
+            return self.common
+        return frozenset.intersection(*self.alternatives) if self.alternatives else frozenset()
+
+
+@dataclass(slots=True)
+class Cluster:
+    element: str
+    candidates: list[Candidate]
+    symptoms: list[Symptom] = field(default_factory=list)
+    # bad / (bad + good) votes of the element: 1.0 when every probed path through it is bad
+    consistency: float = 1.0
+    kind: ElementKind | None = None  # from the topology (None: an element it does not know)
+    # the evidence cannot tell ``candidates`` apart; ``element`` is the switch they hang off
+    ambiguous: bool = False
+    subject: str = ""  # how the summary names it: "one of leaf-02's 4 uplinks (...)"
+
+    @property
+    def pair_count(self) -> int:
+        return sum(1 for s in self.symptoms if s.pair)
+
+
+def votes(symptoms: Iterable[Symptom]) -> dict[str, float]:
+    """Each element's votes: a symptom's weight, split evenly over its alternatives."""
+    out: dict[str, float] = {}
+    for s in symptoms:
+        part = s.weight / len(s.alternatives) if s.alternatives else 0.0
+        for alt in s.alternatives:
+            for e in alt:
+                out[e] = out.get(e, 0.0) + part
+    return out
+
+
+def certain_votes(symptoms: Iterable[Symptom]) -> dict[str, float]:
+    """Votes where the symptom's path is known: the elements every alternative holds."""
+    out: dict[str, float] = {}
+    for s in symptoms:
+        for e in s.certain():
+            out[e] = out.get(e, 0.0) + s.weight
+    return out
+
+
+class Tally:
+    """One step's votes. An element's consistency is its bad votes over bad and good; where some
+    symptom certainly crossed it (its path known), only healthy pairs that certainly crossed it
+    clear it: a healthy pair that merely may have crossed it (an untraced reply, an ECMP
+    alternative) most likely took another way, as the pairs known to be bad through it say. With
+    every path known this is bad / (bad + good), as before; with none, the same over shares."""
+
+    __slots__ = ("bad", "bad_certain", "good", "good_certain", "total")
+
+    def __init__(
+        self,
+        bad: dict[str, float],
+        good: Mapping[str, float],
+        bad_certain: Mapping[str, float],
+        good_certain: Mapping[str, float],
+        symptoms: Sequence[Symptom],
+    ) -> None:
+        self.bad, self.good, self.bad_certain, self.good_certain = bad, good, bad_certain, good_certain
+        self.total = sum(s.weight for s in symptoms) or 1.0
+
+    def consistency(self, key: str) -> float:
+        v = self.bad.get(key, 0.0)
+        if not v:
+            return 0.0
+        against = self.good_certain if self.bad_certain.get(key, 0.0) > 0 else self.good
+        return v / (v + against.get(key, 0.0))
+
+    def score(self, key: str) -> float:
+        """The share of the symptoms it explains times how consistently its paths are bad."""
+        return self.bad.get(key, 0.0) / self.total * self.consistency(key)
+
+
+def share(s: Symptom, group: set[str]) -> float:
+    """The fraction of a symptom's alternatives crossing one of ``group``."""
+    return sum(1 for alt in s.alternatives if group & alt) / len(s.alternatives) if s.alternatives else 0.0
+
+
+def ties(a: float, b: float) -> bool:
+    return abs(a - b) <= TIE * max(abs(a), abs(b), 1.0)
