@@ -263,3 +263,25 @@ def test_marks_beside_an_open_fabric_incident_stay_its_own_while_a_probe_storm_s
 
     changes = replay(engine(), c.rounds(40, port=port, pairs=pairs))
     assert {i.key for i in changes if i.state is IncidentState.OPEN} == {f"congestion:{FAULT}"}
+
+
+def test_a_senders_noisy_pair_and_its_first_marks_are_not_its_host_links_queue() -> None:
+    # Measured live (CI, `fabricd eval --live demo`): a pair of node-008's had been slow since
+    # before the fault (host jitter, firing, below the pair guard). At the fault's first scrape
+    # node-008's own marks (pending) and its first slow pairs through the queue (pending) joined
+    # that pair: 3 pairs exempt its host link from the hold, and one firing finding let the cluster
+    # through. Pairs alone never blame a host link, so it waits for its own counters to fire; by
+    # then the other probers' pairs name the fabric link.
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    host = next(r for r in sorted(RECEIVERS) if sum(crosses(r, d) for d in PEERS[r]) >= 2)
+    noisy = next((host, d) for d in PEERS[host] if not crosses(host, d))
+    port = receivers_marked(c)
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        if (src, dst) == noisy and in_fault(ts, c, 9, 30):
+            return (0.0, 450e-6)
+        first = 12 if src == host else 13  # the host's prober scrapes first after the onset
+        return (0.0, 450e-6 if in_fault(ts, c, first) and crosses(src, dst) else 20e-6)
+
+    changes = replay(engine(), c.rounds(34, port=port, pairs=pairs))
+    assert {i.key for i in changes if i.state is IncidentState.OPEN} == {f"congestion:{FAULT}"}

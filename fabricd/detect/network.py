@@ -134,7 +134,16 @@ def _waiting(
     delivery needs to report within two intervals (the probes' min RTT shows a queue only from the
     first scrape interval wholly inside the fault; docs/detection.md, "Time to detect, live"). Only
     at a fault's onset: while another fabric incident is open, the marks are its receivers', and a
-    new cluster of first slow pairs waits for them to fire."""
+    new cluster of first slow pairs waits for them to fire.
+
+    Where pairs alone never blame the element (a host link for congestion: RTT cannot tell its
+    queue from the host answering late), the element's own counters must have fired: a sender's
+    noisy pair that fired before a fabric queue formed, with its first marks and first slow pairs
+    through the queue (pending), is no queue on its link (CI's live eval opened one so)."""
+    if guard is not None and cluster.kind not in guard.types:
+        own = [s for c in (cluster, *folded) for s in c.symptoms if not s.pair]
+        if own and all(id(s.ref) in waiting for s in own):
+            return True
     if all(id(s.ref) in waiting for s in cluster.symptoms):
         if all(id(s.ref) in waiting for c in folded for s in c.symptoms):
             return True
