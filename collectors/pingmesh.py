@@ -16,7 +16,9 @@ when the pair turns bad and every ``trace_refresh_seconds`` (``fabricd.tracing``
 reported once, in the next collect, as ``path_info`` (``device`` = peer; labels ``src``,
 ``src_port``, ``dst``, ``dst_port``, ``hops``: the hop addresses in TTL order, space separated,
 ``*`` for a silent hop; ``reached``; ``reason``). Addresses are sent raw: the central maps them to
-topology elements (docs/topology.md, "Traced paths").
+topology elements (docs/topology.md, "Traced paths"). The responder traces the path of its replies
+to each prober it hears, with the reply's 5-tuple, reported the same way with ``direction`` =
+``reply`` (``device`` = the prober's peer name, else its address; ``src`` is this node's end).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from fabricd.probe import (
     start_prober,
     start_responder,
 )
-from fabricd.tracing import PathTracer, TracedPath, TraceParams, TracePolicy
+from fabricd.tracing import PathTracer, Replies, TracedPath, TraceParams, TracePolicy
 
 SOURCE = "pingmesh"
 DEFAULT_PORT = 19471
@@ -153,12 +155,18 @@ class PingmeshCollector:
             await self._start_prober()
 
     async def _start_responder(self) -> None:
-        sock = self.socket_factory(_family(self.options.listen_address))
+        family = _family(self.options.listen_address)
+        sock = self.socket_factory(family)
+        if self._tracing(family):  # reply traces bind the responder's port beside it (fabricd.tracing)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((self.options.listen_address, self.options.listen_port))
         set_dscp(sock, self.options.dscp)  # replies travel in the same class as the requests
         self.responder = self.responder_factory()
         transport = await start_responder(sock, self.responder)
         self.transports.append(transport)
+
+    def _tracing(self, family: int) -> bool:
+        return self.options.trace_paths and family == socket.AF_INET and self.prober_factory is None
 
     async def _start_prober(self) -> None:
         peers = self.options.peers
@@ -170,7 +178,7 @@ class PingmeshCollector:
         family = _family(peers[0].address)
         sock = self.socket_factory(family)
         set_dscp(sock, self.options.dscp)
-        tracing = self.options.trace_paths and family == socket.AF_INET
+        tracing = self._tracing(family)
         if tracing:  # the trace sockets share the probes' source port (fabricd.tracing)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind(("0.0.0.0", 0))
@@ -181,7 +189,7 @@ class PingmeshCollector:
         elif self.options.trace_paths:
             log.warning("pingmesh: path tracing is IPv4 only; not tracing the IPv6 peers")
 
-    def _start_tracer(self, targets: list[Target], src_port: int) -> None:
+    def _start_tracer(self, targets: list[Target], src_port: int | None) -> None:
         o = self.options
         params = TraceParams(
             o.trace_refresh_seconds,
@@ -191,9 +199,13 @@ class PingmeshCollector:
             o.trace_timeout_seconds,
         )
         policy = TracePolicy(params, [t.name for t in targets], time.monotonic())
-        assert self.prober is not None
-        passer = self.prober.datagram_received
-        self.tracer = PathTracer(targets, src_port, policy, self.socket_factory, passer, o.shape, o.dscp)
+        passer = self.prober.datagram_received if self.prober is not None else _drop
+        replies = None
+        if self.responder is not None and self._tracing(_family(o.listen_address)):
+            replies = Replies(self.listen_port, self.responder.datagram_received)
+        self.tracer = PathTracer(
+            targets, src_port, policy, self.socket_factory, passer, o.shape, o.dscp, replies=replies
+        )
         self._tasks.append(asyncio.create_task(self.tracer.run()))
 
     @property
@@ -204,13 +216,16 @@ class PingmeshCollector:
 
     async def collect(self) -> Sequence[Reading]:
         await self.start()
-        if self.prober is None:
-            return []
-        now = self.prober.clock_ns()
+        if self.tracer is None and self.responder is not None and self._tracing(_family(self.options.listen_address)):
+            self._start_tracer([], None)  # an agent that only answers still traces its replies
         out: list[Reading] = []
-        for session, target in self.prober.targets.items():
-            out.extend(self._peer_readings(target.name, session, now))
+        if self.prober is not None:
+            now = self.prober.clock_ns()
+            for session, target in self.prober.targets.items():
+                out.extend(self._peer_readings(target.name, session, now))
         if self.tracer is not None:
+            if self.responder is not None:
+                self.tracer.learn(self.responder.probers, time.monotonic())
             out.extend(path_reading(p) for p in self.tracer.take())
         return out
 
@@ -281,6 +296,11 @@ def path_reading(p: TracedPath) -> Reading:
             "hops": " ".join(h.address or "*" for h in p.hops),
             "reached": "true" if p.hops and p.hops[-1].reached else "false",
             "reason": p.reason,
+            **({"direction": p.direction} if p.direction != "request" else {}),
         }
     )
     return Reading(SOURCE, p.peer, "", "path", 1.0, "", Kind.INFO, labels, "path_info", 0)
+
+
+def _drop(_data: bytes, _addr: Any) -> None:
+    """No prober to hand a datagram to (an agent that only answers)."""

@@ -43,6 +43,11 @@ HIST_MAX_US = 60_000_000  # RTTs above 60 s are clamped (a probe times out long 
 # event loop (the loop that also answers probes).
 HIST_DIGITS = 2
 EXPIRED_KEEP = 65536  # how many timed-out sequence numbers to remember for late-reply accounting
+# The session a path trace's packets carry (fabricd.tracing): no prober numbers its peers this high.
+# A responder echoes such requests like any probe, and a prober echoes them from its own peers, so a
+# trace of a reply's path (from the responder back to the prober) ends when it reaches the prober.
+TRACE_SESSION = 0xFFFF_FFFF
+PROBERS_KEPT = 4096  # how many probers (address, port) a responder remembers for reply traces
 
 
 class Shape(enum.StrEnum):
@@ -232,6 +237,8 @@ class ResponderProtocol(asyncio.DatagramProtocol):
     def __init__(self, reply_filter: ReplyFilter = always_reply) -> None:
         self.reply_filter = reply_filter
         self.transport: asyncio.DatagramTransport | None = None
+        # (address, source port) -> when its last probe came (monotonic s): whose replies to trace
+        self.probers: OrderedDict[tuple[str, int], float] = OrderedDict()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
@@ -241,7 +248,16 @@ class ResponderProtocol(asyncio.DatagramProtocol):
         probe = decode(data)
         if probe is None or probe.kind != REQUEST or self.transport is None:
             return
+        if probe.session != TRACE_SESSION:
+            self._heard(addr)
         self.respond(probe, addr)
+
+    def _heard(self, addr: Any) -> None:
+        key = (str(addr[0]), int(addr[1]))
+        self.probers[key] = time.monotonic()
+        self.probers.move_to_end(key)
+        if len(self.probers) > PROBERS_KEPT:
+            self.probers.popitem(last=False)  # the longest silent
 
     def respond(self, probe: Probe, addr: Any) -> None:
         """Answer one valid request now (subclasses may delay or drop it: the simulator's path model)."""
@@ -295,6 +311,7 @@ class ProberProtocol(asyncio.DatagramProtocol):
     ) -> None:
         self.targets = {session_base + i: t for i, t in enumerate(targets)}
         self.ledgers = {s: Ledger(timeout_ns) for s in self.targets}
+        self.addresses = {t.address for t in self.targets.values()}
         self.shape, self.pad_len, self.clock_ns = shape, pad_len, clock_ns
         self.transport: asyncio.DatagramTransport | None = None
         self.tasks: list[asyncio.Task[None]] = []
@@ -310,8 +327,17 @@ class ProberProtocol(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         probe = decode(data)
-        if probe is not None and probe.kind == REPLY and probe.session in self.ledgers:
+        if probe is None:
+            return
+        if probe.kind == REPLY and probe.session in self.ledgers:
             self.ledgers[probe.session].on_reply(probe.seq, self.clock_ns())
+        elif probe.kind == REQUEST and probe.session == TRACE_SESSION and addr[0] in self.addresses:
+            self._echo(probe, addr)
+
+    def _echo(self, probe: Probe, addr: Any) -> None:
+        """A peer tracing the path of its replies to us: the echo tells its trace it arrived."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.sendto(reply_to(probe), addr)
 
     def error_received(self, exc: Exception) -> None:
         pass  # ICMP unreachable from a peer with no responder: nothing to do, its probes time out

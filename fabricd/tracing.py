@@ -7,6 +7,14 @@ delivers a datagram to the connected socket before the wildcard one, so while th
 peer's ICMP errors and replies reach it; replies to the prober's own probes are handed back to the
 prober at once (same event loop: their RTT is not delayed), the others are the trace's.
 
+The reply's path too: a probe's RTT and loss are the round trip, and an ECMP fabric hashes the
+reply's 5-tuple (responder address and port -> prober address and port) on its own. The responder
+side traces it with that 5-tuple: a socket bound to the responder's address and port
+(``SO_REUSEPORT`` beside the responder's), connected to the prober's address and source port; the
+prober echoes the trace's last packet (``fabricd.probe.TRACE_SESSION``), and the prober's own
+probes that reach the trace socket meanwhile are answered by the responder at once. Each prober
+heard is a pair to trace (key ``reply <address>:<port>``), on the same policy and budget.
+
 When (``TracePolicy``, pure: times passed in):
 
 - *start*: every pair once, when probing starts;
@@ -23,17 +31,19 @@ limited, and a silenced hop would read as a silent one); traces run one at a tim
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fabricd.pathtrace import Hop, Passer, trace_async
-from fabricd.probe import REPLY, REQUEST, Probe, Shape, SocketFactory, Target, decode, encode, set_dscp
+from fabricd.probe import REPLY, REQUEST, TRACE_SESSION, Probe, Shape, SocketFactory, Target, decode, encode, set_dscp
 
 log = logging.getLogger(__name__)
-TRACE_SESSION = 0xFFFF_FFFF  # the probe session trace packets carry (no prober numbers this high)
+REPLY_KEY = "reply "  # a policy key for the path of our replies to one prober: "reply <address>:<port>"
+PROBER_STALE_SECONDS = 120.0  # a prober not heard from this long is no longer traced
 BURST = 5  # traces the bucket lets through at once (a new agent's first pairs)
 IDLE_SECONDS = 1.0  # how often the runner looks for due traces when none is due
 
@@ -59,6 +69,7 @@ class TracedPath:
     dst_port: int
     hops: tuple[Hop, ...]
     reason: str  # start, bad, refresh
+    direction: str = "request"  # or "reply": our replies' path to a prober (``peer``), from here
 
 
 class TracePolicy:
@@ -73,6 +84,17 @@ class TracePolicy:
 
     def mark_bad(self, peer: str, now: float) -> None:
         self.bad.setdefault(peer, now)
+
+    def add(self, key: str) -> None:
+        """A new pair to trace (a prober first heard): traced like a pair at start."""
+        if key not in self.last and key not in self.never:
+            self.never.append(key)
+
+    def forget(self, key: str) -> None:
+        with contextlib.suppress(ValueError):
+            self.never.remove(key)
+        self.last.pop(key, None)
+        self.bad.pop(key, None)
 
     def next_due(self, now: float) -> tuple[str, str] | None:
         """The peer to trace now and why, taking a token; None when none is due or none is left."""
@@ -113,24 +135,56 @@ def is_trace_echo(data: bytes, _ttl: int) -> bool:
     return probe is not None and probe.kind == REPLY and probe.session == TRACE_SESSION
 
 
+@dataclass(frozen=True, slots=True)
+class Replies:
+    """Where this agent answers probes: its responder's port, and who takes the probes that reach a
+    reply trace's socket (the responder)."""
+
+    port: int
+    passer: Passer
+
+
+def reply_key(address: str, port: int) -> str:
+    return f"{REPLY_KEY}{address}:{port}"
+
+
 class PathTracer:
-    """Runs the due traces of one prober, one at a time, on the prober's event loop."""
+    """Runs the due traces of one agent (its probes' paths, and its replies' to each prober), one
+    at a time, on the agent's event loop."""
 
     def __init__(
         self,
         targets: Sequence[Target],
-        src_port: int,
+        src_port: int | None,
         policy: TracePolicy,
         sockets: SocketFactory,
         passer: Passer,
         shape: Shape = Shape.UDP,
         dscp: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        replies: Replies | None = None,
     ) -> None:
         self.targets = {t.name: t for t in targets}
+        self.names = {t.address: t.name for t in targets}
         self.src_port, self.policy, self.sockets, self.passer = src_port, policy, sockets, passer
-        self.shape, self.dscp, self.clock = shape, dscp, clock
+        self.shape, self.dscp, self.clock, self.replies = shape, dscp, clock, replies
         self.results: list[TracedPath] = []
+        self._probers: dict[str, tuple[str, int]] = {}  # policy key -> the prober's (address, port)
+
+    def learn(self, probers: Mapping[tuple[str, int], float], now: float) -> None:
+        """The probers the responder heard (``now`` on their clock): new ones are traced, the
+        silent forgotten (a restarted prober's old source port)."""
+        if self.replies is None:
+            return
+        for (address, port), heard in probers.items():
+            key = reply_key(address, port)
+            if now - heard <= PROBER_STALE_SECONDS and key not in self._probers:
+                self._probers[key] = (address, port)
+                self.policy.add(key)
+        for key, prober in list(self._probers.items()):
+            if now - probers.get(prober, float("-inf")) > PROBER_STALE_SECONDS:
+                del self._probers[key]
+                self.policy.forget(key)
 
     def take(self) -> list[TracedPath]:
         """The traces finished since the last call."""
@@ -144,37 +198,54 @@ class PathTracer:
                 await asyncio.sleep(IDLE_SECONDS)
                 continue
             try:
-                self.results.append(await self.trace(self.targets[due[0]], due[1]))
+                prober = self._probers.get(due[0])
+                if prober is not None:
+                    self.results.append(await self.trace_reply(*prober, due[1]))
+                elif due[0] in self.targets:
+                    self.results.append(await self.trace(self.targets[due[0]], due[1]))
             except OSError as exc:  # a peer with no route, a source address gone: its pair only
                 log.warning("path trace to %s failed: %s", due[0], exc)
             except Exception:  # a bug in one trace must not end tracing (nor the probing beside it)
                 log.exception("path trace to %s failed", due[0])
 
     async def trace(self, target: Target, reason: str) -> TracedPath:
-        src = self._source_address(target)
+        """The path of our probes to ``target``, with their 5-tuple."""
+        assert self.src_port is not None
+        src, hops = await self._trace(self.src_port, (target.address, target.port), self.passer)
+        return TracedPath(target.name, src, self.src_port, target.address, target.port, hops, reason)
+
+    async def trace_reply(self, address: str, port: int, reason: str) -> TracedPath:
+        """The path of our replies to the prober at ``address``:``port``, with their 5-tuple."""
+        assert self.replies is not None
+        src, hops = await self._trace(self.replies.port, (address, port), self.replies.passer)
+        peer = self.names.get(address, address)
+        return TracedPath(peer, src, self.replies.port, address, port, hops, reason, direction="reply")
+
+    async def _trace(self, src_port: int, dst: tuple[str, int], passer: Passer) -> tuple[str, tuple[Hop, ...]]:
+        src = self._source_address(dst)
         sock = self.sockets(socket.AF_INET)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((src, self.src_port))
-            sock.connect((target.address, target.port))
+            sock.bind((src, src_port))
+            sock.connect(dst)
             set_dscp(sock, self.dscp)
             p = self.policy.params
             hops = await trace_async(
                 sock,
-                (target.address, target.port),
+                dst,
                 max_hops=p.max_hops,
                 timeout_s=p.timeout_seconds,
                 attempts=p.attempts,
                 payload=trace_payload(self.shape),
                 answer=is_trace_echo,
-                passer=self.passer,
+                passer=passer,
             )
         finally:
             sock.close()
-        return TracedPath(target.name, src, self.src_port, target.address, target.port, tuple(hops), reason)
+        return src, tuple(hops)
 
-    def _source_address(self, target: Target) -> str:
-        """The address the kernel sends the prober's packets to this peer from (its route's)."""
+    def _source_address(self, dst: tuple[str, int]) -> str:
+        """The address the kernel sends our packets to ``dst`` from (its route's)."""
         with self.sockets(socket.AF_INET) as probe:
-            probe.connect((target.address, target.port))
+            probe.connect(dst)
             return str(probe.getsockname()[0])

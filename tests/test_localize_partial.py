@@ -222,3 +222,18 @@ def test_a_round_trip_walks_each_link_in_the_direction_it_is_crossed() -> None:
         "node-009/mlx5_0~leaf-03>leaf-03",
         "node-009/mlx5_0~leaf-03>node-009/mlx5_0",
     ]
+
+
+def test_the_central_takes_replies_as_told_on_infiniband_from_the_reverse_route_else_unknown() -> None:
+    from fabricd.topology import replies_of, routes_of, to_doc
+
+    there = sorted(LAB.paths("node-001", "node-009"), key=sorted)[0]
+    back = sorted(LAB.paths("node-009", "node-001"), key=sorted)[1]
+    routes = {("node-001", "node-009"): sorted(there), ("node-009", "node-001"): sorted(back)}
+    roce = to_doc(LAB, routes)
+    assert replies_of(roce, LAB, routes_of(roce, LAB))("node-001", "node-009") is None  # ECMP: its own hash
+    told = to_doc(LAB, routes, {("node-001", "node-009"): sorted(there)})
+    assert replies_of(told, LAB, routes_of(told, LAB))("node-001", "node-009") == sorted(there)
+    ib = fat_tree(12, 1, 4, 2, "infiniband")
+    ib_doc = to_doc(ib, routes)
+    assert replies_of(ib_doc, ib, routes_of(ib_doc, ib))("node-001", "node-009") == sorted(back)  # LID routing

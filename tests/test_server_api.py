@@ -430,13 +430,22 @@ async def test_topology_status_and_probes(api: Api) -> None:
         "leaf-02~spine-02",
         "node-003/mlx5_0~leaf-02",
     ]
-    doc = to_doc(topo, {("node-001", "node-003"): route})
+    reply = [
+        "node-003",
+        "node-001",
+        "node-003/mlx5_0~leaf-02",
+        "leaf-02~spine-01",
+        "leaf-01~spine-01",
+        "node-001/mlx5_0~leaf-01",
+    ]
+    doc = to_doc(topo, {("node-001", "node-003"): route}, {("node-001", "node-003"): reply})
     put = await api.client.put("/api/v1/topology", json=doc, headers=api.auth(api.read))
     assert put.status_code == 403
     put = await api.client.put("/api/v1/topology", json=doc, headers=api.auth(api.admin))
     assert put.status_code == 200 and put.json()["links"] == doc["links"]
     got = (await api.get("/api/v1/topology")).json()
     uploaded = [{**r, "source": "upload", "traced_ts": None, "version": None} for r in doc["routes"]]
+    assert uploaded[0]["reply"] == reply  # where the replies go, kept as uploaded
     assert got["elements"] == doc["elements"] and got["routes"] == uploaded
     # A topology the detectors could not use is refused at upload, naming what is wrong.
     bad_link = {**doc, "links": [*doc["links"], {"a": "node-009/mlx5_0", "b": "leaf-01"}]}
@@ -449,6 +458,12 @@ async def test_topology_status_and_probes(api: Api) -> None:
     assert (
         put.status_code == 422
         and "routes[0] (node-001 -> node-003): unknown element(s) leaf-01~spine-09" in put.json()["message"]
+    )
+    bad_reply = {**doc, "routes": [{**doc["routes"][0], "reply": ["leaf-02~spine-07"]}]}
+    put = await api.client.put("/api/v1/topology", json=bad_reply, headers=api.auth(api.admin))
+    assert (
+        put.status_code == 422
+        and "routes[0] (node-001 -> node-003): unknown element(s) leaf-02~spine-07" in put.json()["message"]
     )
     assert (await api.get("/api/v1/topology")).json()["routes"] == uploaded  # the last good one stays
     await api.ingest("node-a", "1", [ib_sample(time.time())])

@@ -25,7 +25,7 @@ from fabricd.server.store.paths import Paths
 from fabricd.server.store.sql import Database
 from fabricd.settings import ServerSettings
 from fabricd.topology import to_doc
-from fabricd.topology.traced import Trace, TracedRoute, address_owners, merge_routes, route_of
+from fabricd.topology.traced import Trace, TracedRoute, address_owners, merge_routes, route_of, traced_routes
 from fabricd.tracing import BURST, TracedPath, TraceParams, TracePolicy
 from tests.helpers import need_binary, need_root
 from tests.support.lab import in_netns
@@ -167,6 +167,26 @@ def test_a_pair_path_gets_a_new_version_only_when_its_hops_change(tmp_path: Path
     (row,) = paths.all()
     assert [(p.version, p.changed_ts, p.traced_ts, p.hops) for p in first] == [(1, T0, T0 + 120, VIA_A)]
     assert (row.version, row.changed_ts, row.traced_ts, row.hops) == (2, T0 + 200, T0 + 200, VIA_B)
+
+
+def test_a_responders_reply_trace_is_its_pairs_reply_route_known_by_the_probers_address() -> None:
+    # gpu-b1 answered gpu-a1's probes (it knows the prober by address only) and traced its replies
+    # back over spine-b: the pair (gpu-a1, gpu-b1) gets that reply, from gpu-b1 back to gpu-a1.
+    reply_hops = ("10.0.2.1", "10.22.0.2", "10.12.0.1", "10.0.1.2")
+    reply = Trace("gpu-b1", "10.0.1.2", "10.0.2.2", "10.0.1.2", reply_hops, T0 + 5, 1, "reply")
+    request = Trace("gpu-a1", "gpu-b1", "10.0.1.2", "10.0.2.2", VIA_A, T0)
+    routes = traced_routes(TOPO, [request, reply], OWNERS)
+    back = ["gpu-b1/eth0~rack2-leaf", "rack2-leaf~spine-b", "rack1-leaf~spine-b", "gpu-a1/eth0~rack1-leaf"]
+    assert routes == [
+        TracedRoute("gpu-a1", "gpu-b1", ROUTE_A, T0, 1),
+        TracedRoute("gpu-a1", "gpu-b1", back, T0 + 5, 1, reply=True),
+    ]
+    (merged,) = merge_routes({}, 0.0, routes)
+    assert (merged["elements"], merged["reply"], merged["source"]) == (ROUTE_A, back, "trace")
+    # an upload newer than the reply trace keeps its own word (here: no reply)
+    uploaded = {"routes": [{"src": "gpu-a1", "dst": "gpu-b1", "elements": ROUTE_A}]}
+    assert "reply" not in merge_routes(uploaded, T0 + 10, routes)[0]
+    assert merge_routes(uploaded, T0 + 1, routes)[0]["reply"] == back
 
 
 # --- agents in a routed leaf-spine, a real central ----------------------------------------------
@@ -317,3 +337,44 @@ async def test_an_uploaded_route_holds_until_a_newer_trace_and_a_newer_upload_wi
     route_b = ["gpu-a1/eth0~rack1-leaf", "rack1-leaf~spine-b", "rack2-leaf~spine-b", "gpu-b1/eth0~rack2-leaf"]
     assert first == older == again == [(uploaded, "upload", None)]
     assert traced == [(route_b, "trace", 2)]  # VIA_A, then VIA_B: the pair's second path
+
+
+async def test_a_responder_traces_the_path_of_its_replies_to_each_prober_it_hears() -> None:
+    # Loopback: the reply trace is one hop, the prober itself, which echoes it (TRACE_SESSION).
+    server = build(
+        "pingmesh",
+        {"listen_address": "127.0.0.1", "listen_port": 0},
+        node="b",
+        sysfs_root=Path("/sys"),
+        registry=REGISTRY,
+    )
+    assert isinstance(server, PingmeshCollector)
+    await server.start()
+    peers = [{"name": "b", "address": "127.0.0.1", "port": server.listen_port, "rate_per_second": 50}]
+    client = build("pingmesh", {"peers": peers, "respond": False}, node="a", sysfs_root=Path("/sys"), registry=REGISTRY)
+    assert isinstance(client, PingmeshCollector)
+    try:
+        await client.collect()
+        got: list[Reading] = []
+        for _ in range(40):
+            await asyncio.sleep(0.1)
+            got += await server.collect()
+            sent = [r for r in await client.collect() if r.name == "probes_lost"]
+            if any(r.name == "path_info" for r in got):
+                break
+        assert client.prober is not None
+        src_port = client.prober.transport.get_extra_info("sockname")[1]
+    finally:
+        await client.close()
+        await server.close()
+    (reply,) = [dict(r.labels) for r in got if r.name == "path_info"]
+    assert {k: reply[k] for k in ("direction", "src", "src_port", "dst", "dst_port", "hops", "reached")} == {
+        "direction": "reply",
+        "src": "127.0.0.1",
+        "src_port": str(peers[0]["port"]),
+        "dst": "127.0.0.1",
+        "dst_port": str(src_port),
+        "hops": "127.0.0.1",
+        "reached": "true",
+    }
+    assert sent and sum(r.value for r in sent) == 0  # the responder answered every probe meanwhile

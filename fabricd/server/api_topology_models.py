@@ -72,8 +72,12 @@ class HopOut(BaseModel):
 
 
 class PathOut(BaseModel):
-    node: str = Field(description="the probing node")
-    peer: str = Field(description="the probed node")
+    node: str = Field(description="the node that traced it: the prober (request), or the responder (reply)")
+    peer: str = Field(description="the probed node (request), or the prober whose probes it answers (reply)")
+    direction: str = Field(
+        default="request",
+        description="request: node's probes to peer; reply: node's replies to peer's probes, traced with their 5-tuple",
+    )
     src: str
     src_port: int
     dst: str

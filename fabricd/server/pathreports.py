@@ -31,6 +31,9 @@ class PathReport:
     dst_port: int
     hops: tuple[str | None, ...]  # None: a silent hop
     reached: bool
+    # "reply": the path of ``node``'s replies to the prober ``peer`` (src is node's end), traced by
+    # the responder with the reply's 5-tuple; "request": ``node``'s probes to ``peer``
+    direction: str = "request"
 
 
 # The ibfabric collector traces InfiniBand pairs with ibtracert from one host with SM access
@@ -63,6 +66,7 @@ def parse_path(node: str, s: Sample) -> PathReport:
         _port(labels.get("dst_port", "")),
         hops,
         labels.get("reached") == "true",
+        "reply" if labels.get("direction") == "reply" else "request",
     )
 
 

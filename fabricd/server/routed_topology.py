@@ -21,7 +21,7 @@ from fabricd.topology.traced import Trace, address_owners, merge_routes, traced_
 
 
 def trace_of(p: PathRecord) -> Trace:
-    return Trace(p.node, p.peer, p.src, p.dst, p.hops, p.traced_ts, p.version)
+    return Trace(p.node, p.peer, p.src, p.dst, p.hops, p.traced_ts, p.version, p.direction)
 
 
 class RoutedTopology:

@@ -134,6 +134,8 @@ class TracedPath(Base):
 
     node: Mapped[str] = mapped_column(String(128), primary_key=True)
     peer: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # request: node's probes to peer; reply: node's replies to the prober peer (docs/topology.md)
+    direction: Mapped[str] = mapped_column(String(8), primary_key=True, default="request")
     src: Mapped[str] = mapped_column(String(64), default="")
     src_port: Mapped[int] = mapped_column(Integer, default=0)
     dst: Mapped[str] = mapped_column(String(64), default="")

@@ -39,15 +39,20 @@ class Trace:
     hops: tuple[str | None, ...]
     traced_ts: float
     version: int = 1
+    direction: str = "request"  # "reply": node's replies to the prober peer, node's end first
 
 
 @dataclass(frozen=True, slots=True)
 class TracedRoute:
+    """A traced route of the probed pair (src, dst): where src's probes went, or (``reply``) where
+    dst's replies to them went, from dst back to src."""
+
     src: str
     dst: str
     elements: list[str]
     traced_ts: float
     version: int
+    reply: bool = False
 
 
 def address_owners(
@@ -78,16 +83,25 @@ def route_of(topology: Topology, trace: Trace, owners: Mapping[str, str]) -> lis
     while hops and hops[-1] is None:  # silent past the last answer (no echo): what answered is the path
         hops.pop()
     elements = hop_elements([Hop(i + 1, h) for i, h in enumerate(hops)], owners)
-    if not elements or trace.node not in topology.nodes or trace.peer not in topology.nodes:
+    peer = peer_of(topology, trace, owners)
+    if not elements or trace.node not in topology.nodes or peer not in topology.nodes:
         return None
     switches = [e for e in elements if e in topology.switches]
     if not switches:
         return None
     src_hca = _hca_on(topology, trace.node, switches[0])
-    dst_hca = _hca_on(topology, trace.peer, switches[-1])
+    dst_hca = _hca_on(topology, peer, switches[-1])
     if src_hca is None or dst_hca is None:
         return None
     return route_links(topology, src_hca, dst_hca, elements)
+
+
+def peer_of(topology: Topology, trace: Trace, owners: Mapping[str, str]) -> str:
+    """The trace's far node: as reported, or (a responder knows a prober by its address only) the
+    node owning its destination address."""
+    if trace.peer in topology.nodes:
+        return trace.peer
+    return owners.get(trace.dst, trace.peer)
 
 
 def _hca_on(topology: Topology, node: str, switch: str) -> str | None:
@@ -103,7 +117,11 @@ def traced_routes(topology: Topology, traces: Sequence[Trace], owners: Mapping[s
     out = []
     for t in traces:
         elements = route_of(topology, t, owners)
-        if elements is not None:
+        if elements is None:
+            continue
+        if t.direction == "reply":  # the pair is (prober, responder); its reply goes responder -> prober
+            out.append(TracedRoute(peer_of(topology, t, owners), t.node, elements, t.traced_ts, t.version, reply=True))
+        else:
             out.append(TracedRoute(t.node, t.peer, elements, t.traced_ts, t.version))
     return out
 
@@ -111,12 +129,13 @@ def traced_routes(topology: Topology, traces: Sequence[Trace], owners: Mapping[s
 def merge_routes(doc: Mapping[str, Any], uploaded_ts: float, traced: Sequence[TracedRoute]) -> list[dict[str, Any]]:
     """The document's routes with the traced ones: per pair, the newer wins (an upload after a trace
     is the operator's word; a trace after the upload is newer knowledge). Uploaded routes are marked
-    ``source: upload``, traced ones ``source: trace`` with their ``traced_ts`` and ``version``."""
+    ``source: upload``, traced ones ``source: trace`` with their ``traced_ts`` and ``version``. A
+    traced reply path becomes its pair's ``reply`` (on an uploaded route only when newer than it)."""
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     for r in doc.get("routes") or []:
         merged[(str(r.get("src")), str(r.get("dst")))] = {**r, "source": "upload"}
     for t in traced:
-        if (t.src, t.dst) in merged and t.traced_ts < uploaded_ts:
+        if t.reply or ((t.src, t.dst) in merged and t.traced_ts < uploaded_ts):
             continue
         merged[(t.src, t.dst)] = {
             "src": t.src,
@@ -126,4 +145,8 @@ def merge_routes(doc: Mapping[str, Any], uploaded_ts: float, traced: Sequence[Tr
             "traced_ts": t.traced_ts,
             "version": t.version,
         }
+    for t in traced:  # a traced reply joins its pair's route, unless an upload after it says otherwise
+        route = merged.get((t.src, t.dst))
+        if t.reply and route is not None and not (route["source"] == "upload" and t.traced_ts < uploaded_ts):
+            route["reply"] = t.elements
     return [merged[k] for k in sorted(merged)]

@@ -45,6 +45,7 @@ def _out(p: PathRecord, owners: dict[str, str], topo: Topology | None) -> PathOu
     return PathOut(
         node=p.node,
         peer=p.peer,
+        direction=p.direction,
         src=p.src,
         src_port=p.src_port,
         dst=p.dst,

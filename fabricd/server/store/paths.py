@@ -25,7 +25,7 @@ class Paths:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.sessions = sessionmaker(db.engine, expire_on_commit=False)
-        self._written: dict[tuple[str, str], tuple[tuple[str | None, ...], float]] = {}
+        self._written: dict[tuple[str, str, str], tuple[tuple[str | None, ...], float]] = {}
         self.generation = 0  # moves with every new or changed path (readers cache on it)
 
     def record(self, reports: Sequence[PathReport]) -> None:
@@ -37,14 +37,14 @@ class Paths:
                 self._apply(s, report)
 
     def _news(self, r: PathReport) -> bool:
-        last = self._written.get((r.node, r.peer))
+        last = self._written.get((r.node, r.peer, r.direction))
         if last is not None and last[0] == r.hops and 0 <= r.ts - last[1] < REFRESH_SECONDS:
             return False
-        self._written[(r.node, r.peer)] = (r.hops, r.ts)
+        self._written[(r.node, r.peer, r.direction)] = (r.hops, r.ts)
         return True
 
     def _apply(self, s: Session, r: PathReport) -> None:
-        row = s.get(t.TracedPath, (r.node, r.peer))
+        row = s.get(t.TracedPath, (r.node, r.peer, r.direction))
         if row is None:
             s.add(_row(r))
             self._changed()
@@ -67,7 +67,9 @@ class Paths:
 
     def all(self) -> list[PathRecord]:
         with self.sessions() as s:
-            rows = s.scalars(select(t.TracedPath).order_by(t.TracedPath.node, t.TracedPath.peer))
+            rows = s.scalars(
+                select(t.TracedPath).order_by(t.TracedPath.node, t.TracedPath.peer, t.TracedPath.direction)
+            )
             return [_record(row) for row in rows]
 
 
@@ -75,6 +77,7 @@ def _row(r: PathReport) -> t.TracedPath:
     return t.TracedPath(
         node=r.node,
         peer=r.peer,
+        direction=r.direction,
         src=r.src,
         src_port=r.src_port,
         dst=r.dst,
@@ -100,4 +103,5 @@ def _record(row: t.TracedPath) -> PathRecord:
         row.version,
         row.changed_ts,
         row.traced_ts,
+        row.direction,
     )

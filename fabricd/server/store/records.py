@@ -170,6 +170,7 @@ class PathRecord:
     version: int
     changed_ts: float
     traced_ts: float
+    direction: str = "request"  # or "reply": node's replies to the prober peer
 
 
 @dataclass(frozen=True, slots=True)
