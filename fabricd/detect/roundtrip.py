@@ -48,3 +48,12 @@ def combine(there: Sequence[frozenset[str]], back: Sequence[frozenset[str]]) -> 
     if len(there) * len(back) > MAX_TRIPS:
         back = [frozenset.intersection(*back)]
     return tuple(f | b for f in there for b in back)
+
+
+def directed_views(switch: str, members: Sequence[str], element: Callable[[str], Element | None]) -> list[list[str]]:
+    """``switch``'s links ``members`` as the traffic leaving the switch through them, and as the
+    traffic entering it: a round trip crosses two of a leaf's uplinks, one each way, while a queue
+    sits on one direction (the consistency of "one of a leaf's uplinks", ``votes.group_consistency``)."""
+    ends = {m: found.ends if (found := element(m)) is not None else () for m in members}
+    leaving = [f"{m}{DIRECTED}{next((e for e in ends[m] if e != switch), switch)}" for m in members]
+    return [leaving, [f"{m}{DIRECTED}{switch}" for m in members]]

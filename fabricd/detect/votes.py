@@ -107,3 +107,31 @@ def share(s: Symptom, group: set[str]) -> float:
 
 def ties(a: float, b: float) -> bool:
     return abs(a - b) <= TIE * max(abs(a), abs(b), 1.0)
+
+
+def group_consistency(view: Sequence[str], explained: Sequence[Symptom], carried: Mapping[str, float]) -> float:
+    """Consistency of "one of ``view``": as if one of them carried every bad symptom, over the
+    probed traffic one of them carries (one bad link among n sees 1/n of the pairs through them)."""
+    load = sum(carried.get(m, 0.0) for m in view) / len(view)
+    crossing = sum(s.weight * share(s, set(view)) for s in explained)
+    return min(1.0, crossing / load) if load else 0.0
+
+
+_NOUNS: dict[ElementKind | None, str] = {
+    ElementKind.FABRIC_LINK: "fabric links",
+    ElementKind.HOST_LINK: "host links",
+    ElementKind.HCA: "HCA ports",
+    ElementKind.SWITCH: "switches",
+    ElementKind.NODE: "nodes",
+}
+
+
+def subject(element: str, members: Sequence[str], uplinks: bool, kinds: Sequence[ElementKind | None]) -> str:
+    """How a summary names an ambiguous cluster: "one of leaf-02's 4 uplinks (a, b, c, d)" when the
+    members are ``element``'s uplinks, else "one of 2 fabric links (a, b)"."""
+    listed = ", ".join(members)
+    if uplinks:
+        return f"one of {element}'s {len(members)} uplinks ({listed})"
+    found = set(kinds)
+    noun = _NOUNS.get(found.pop(), "elements") if len(found) == 1 else "elements"
+    return f"one of {len(members)} {noun} ({listed})"
