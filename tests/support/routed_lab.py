@@ -237,6 +237,7 @@ class RoutedLab:
                     delete_namespace(ns)
         for element in self.wiring.elements:
             self.lldp_socket(element).unlink(missing_ok=True)
+            self.lldp_config(element).unlink(missing_ok=True)
         (OWNERS_DIR / f"{self.prefix}.pid").unlink(missing_ok=True)
         assert stale_namespaces(self.prefix) == []
         assert not Path(f"/sys/class/net/{self.prefix}mg").exists()  # the management uplink went too
@@ -328,7 +329,12 @@ class RoutedLab:
 
     def _lldpd(self) -> None:
         """One lldpd per namespace: named after its element, port ids as interface names (what a
-        switch's LLDP says: ``swp3``), a frame every second so the lab converges in seconds."""
+        switch's LLDP says: ``swp3``), a frame every second so the lab converges in seconds.
+
+        The settings go in a file given with ``-O``: lldpd starts paused, applies it, then sends
+        (lldpd(8)). Set afterwards with lldpcli, the first frames went out under the machine's
+        hostname with a MAC port id: a second neighbour (another MSAP) on the leaf's port for the
+        frames' TTL (120 s), which the central took for a second host on that cable."""
         addresses: dict[str, list[str]] = {e: [] for e in self.wiring.elements}
         for address, element in sorted(self.owners().items()):
             addresses[element].append(address)
@@ -337,17 +343,24 @@ class RoutedLab:
                 addresses[element].insert(0, self.mgmt_address(element))
             sock = self.lldp_socket(element)
             sock.unlink(missing_ok=True)
-            argv = ["ip", "netns", "exec", self.ns(element), "lldpd", "-d", "-u", str(sock)]
+            conf = self.lldp_config(element)
+            conf.write_text(
+                f"configure system hostname {element}\n"
+                "configure lldp portidsubtype ifname\n"
+                "configure lldp tx-interval 1\n"
+            )
+            argv = ["ip", "netns", "exec", self.ns(element), "lldpd", "-d", "-u", str(sock), "-O", str(conf)]
             argv += ["-I", ",".join(self.fabric_interfaces(element))]
             # Every address of the element as a management address: a router answers a traced
             # probe from the interface it came in on, and the central places a hop by the
             # addresses each chassis advertises (fabricd/topology/traced.py).
             argv += ["-m", ",".join(addresses[element])]
             self._daemons.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for element in self.wiring.elements:
-            self._lldpcli(element, "configure", "system", "hostname", element)
-            self._lldpcli(element, "configure", "lldp", "portidsubtype", "ifname")
-            self._lldpcli(element, "configure", "lldp", "tx-interval", "1")
+        for element in self.wiring.elements:  # up: it answers, under its own name
+            self._lldpcli(element, "show", "chassis")
+
+    def lldp_config(self, element: str) -> Path:
+        return LLDP_SOCKET_DIR / f"{self.ns(element)}-lldpd.conf"
 
     def _lldpcli(self, element: str, *words: str, seconds: float = 20.0) -> None:
         """An lldpcli command, retried while the daemon starts (its socket may exist before it answers)."""
