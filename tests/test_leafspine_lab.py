@@ -235,7 +235,11 @@ def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
         def opened() -> list[dict[str, Any]]:
             return [i for k, i in _incidents(lab.central).items() if k not in before and i["kind"] == fault.kind]
 
-        wait_for(f"a {fault.kind} incident", opened, 90)
+        try:
+            wait_for(f"a {fault.kind} incident", opened, 90)
+        except AssertionError:
+            _explain_probes(lab)
+            raise
         time.sleep(QUIET_SCRAPES * INTERVAL_SECONDS)
         new = {k: i for k, i in _incidents(lab.central).items() if k not in before}
     finally:
@@ -249,6 +253,19 @@ def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
     print(f"{fault.kind} on {fault.link}, tracing {lab.tracing}: before {_describe(before)}; opened {_describe(new)}")
     _explain(lab, new)
     return new
+
+
+def _explain_probes(lab: Lab) -> None:
+    """When nothing opened: each pair that lost or was slow in the last minute, with its route
+    (read when a test fails: the incidents say nothing then)."""
+    resp = httpx.get(f"{lab.central.local}/api/v1/topology", timeout=20)
+    routes = {(r["src"], r["dst"]): r for r in resp.json().get("routes", [])} if resp.is_success else {}
+    matrix = lab.central.get("/api/v1/pingmesh", since="-60s")
+    print(f"no incident; {len(matrix)} pair readings in the last 60 s, {len(routes)} routes")
+    for p in sorted(matrix, key=lambda p: (p["src"], p["dst"], p["ts"])):
+        if p["loss_ratio"] or (p["p99_seconds"] or 0) > 0.01:
+            route = routes.get((p["src"], p["dst"]), {})
+            print(f"  {p['src']}|{p['dst']} loss {p['loss_ratio']} p99 {p['p99_seconds']}: {route}")
 
 
 def _explain(lab: Lab, incidents: dict[str, dict[str, Any]]) -> None:
