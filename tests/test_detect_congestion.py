@@ -285,3 +285,28 @@ def test_a_senders_noisy_pair_and_its_first_marks_are_not_its_host_links_queue()
 
     changes = replay(engine(), c.rounds(34, port=port, pairs=pairs))
     assert {i.key for i in changes if i.state is IncidentState.OPEN} == {f"congestion:{FAULT}"}
+
+
+def test_a_pair_faster_than_its_normal_does_not_make_its_probers_other_pairs_slow() -> None:
+    # The live demo's false incident: node-012's pair to node-013 had a high normal (~400 us against
+    # ~200-275 us for its other pairs) and fell 190 us below it for a few scrapes. Taken as the
+    # host's common mode, -190 us lifted its other pairs to 7-14 robust sigmas, and with node-009's
+    # the same, a congestion opened on an idle uplink. A host's jitter only adds delay.
+    delays = DetectionEngine().delays
+    normal = {"node-003": 220e-6, "node-006": 200e-6, "node-013": 400e-6, "node-016": 275e-6}
+    scores: dict[str, float] = {}  # the last scrape's
+
+    def observe(signal: str, _node: str, peer: str, _dev: str, _labels: object, _ts: float, score: float) -> None:
+        if signal == "rtt_queue_outlier":
+            scores[peer] = score
+
+    for k in range(12):  # ten scrapes of the normal (a baseline), then node-013's pair falls
+        rtts = {**normal, "node-013": 210e-6} if k >= 10 else normal
+        for peer, rtt in rtts.items():
+            delays.add("node-012", peer, (), 1000.0 + 5 * k, rtt, 2 * rtt)
+        delays.flush(observe)
+    assert {peer: round(s, 1) for peer, s in scores.items() if peer != "node-013"} == {
+        "node-003": 0.0,
+        "node-006": 0.0,
+        "node-016": 0.0,
+    }

@@ -9,7 +9,8 @@ adds ~100-400 us. Two things make the fabric's part readable anyway:
   minimum keeps the hosts' floor and moves little; a standing queue delays even the fastest probe;
 * the *prober's common mode*: every pair a node probes shares that node's host (its load, its
   event loop). Per scrape, the least-delayed of its pairs (against each pair's own baseline)
-  measures what the host added to all of them; subtracting it leaves each path's own excess. A
+  measures what the host added to all of them (below zero only when two paths say so);
+  subtracting it leaves each path's own excess. A
   fault on one path leaves the prober's other paths as the reference; a prober whose every path
   crosses the fault loses that reference (its pairs look clean), and other probers' pairs carry it.
   The common mode subtracted is capped at the prober's own normal range (its history of common
@@ -89,19 +90,29 @@ class Delays:
     def _score(self, rows: list[_Row], field: str, baselines: Baselines, signal: str, observe: Observe) -> None:
         values = [(r, getattr(r, field)) for r in rows if getattr(r, field) is not None]
         excess = [v - med for r, v in values if (med := baselines.series_median((r.node, r.peer))) is not None]
-        # the host's share this scrape: what even its least-delayed path got on top of its normal
         common = 0.0
         if len(excess) >= 2:
             key = (rows[0].node, field)
             history = self._common.get(key)
             if history is None:
                 history = self._common[key] = _Common(baselines.p.abs_floor)
-            common = history.cap(min(excess))
+            common = history.cap(_host_share(excess))
         for r, v in values:
             adjusted = v - common
             own, _ = baselines.score((field,), (r.node, r.peer), r.ts, adjusted)
             ready = baselines.series_median((r.node, r.peer)) is not None
             observe(signal, r.node, r.peer, "", r.labels, r.ts, own if ready else 0.0)
+
+
+def _host_share(excess: list[float]) -> float:
+    """What the prober's host added to all its pairs this scrape: what even its least-delayed path
+    got on top of its normal. Below zero (a host quieter than usual) only when a second path says so
+    too: one path faster than its normal is that path's own (its normal was high, or it moved to a
+    shorter route), and subtracted from all, it lifted the others (the live demo: node-012's pair to
+    node-013 fell 190 us below its median, its three other pairs rose to 7-14 robust sigmas, and with
+    node-009's the same, a congestion opened on an idle uplink)."""
+    low = sorted(excess)  # two at least
+    return low[0] if low[0] >= 0 else min(low[1], 0.0)
 
 
 def _by_scrape(rows: list[_Row]) -> list[list[_Row]]:
