@@ -22,6 +22,7 @@ import itertools
 import socket
 import struct
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +108,7 @@ async def trace_async(
     sock.setsockopt(socket.SOL_IP, IP_RECVERR, 1)
     blocking_timeout = sock.gettimeout()
     sock.setblocking(False)
-    waiter = _Readable(sock)
+    waiter = _Readable(sock, passer)
     hops: list[Hop] = []
     try:
         for ttl in range(1, max_hops + 1):
@@ -115,7 +116,7 @@ async def trace_async(
             for _ in range(max(1, attempts)):
                 started = time.monotonic()
                 _send(sock, payload(ttl), dst)
-                hop = await _answer(sock, waiter, _Asked(ttl, dst[0], payload(ttl), answer, passer), started, timeout_s)
+                hop = await _answer(sock, waiter, _Asked(ttl, dst[0], payload(ttl), answer), started, timeout_s)
                 if hop.address is not None:
                     break
             hops.append(hop)
@@ -131,13 +132,18 @@ async def trace_async(
 
 def _pass_queued(sock: socket.socket, passer: Passer | None) -> None:
     """Hand on what is still queued (the caller closes the socket next: its queue would be lost)."""
+    cleared = False
     while passer is not None:
         try:
             data, addr = sock.recvfrom(65535)
         except BlockingIOError:
             return
-        except OSError:  # a pending ICMP error: cleared, read on
+        except OSError:  # a pending ICMP error, cleared by raising: read on once
+            if cleared:
+                return
+            cleared = True
             continue
+        cleared = False
         passer(data, addr)
 
 
@@ -163,13 +169,56 @@ def _restore(sock: socket.socket) -> None:
 
 class _Readable:
     """Wakes a waiter when the socket has a datagram or an error queued (epoll reports EPOLLERR as
-    readable, so the loop's reader fires for the ICMP errors on the error queue too)."""
+    readable, so the loop's reader fires for the ICMP errors on the error queue too).
 
-    def __init__(self, sock: socket.socket) -> None:
+    Datagrams are read in the reader callback itself: the trace's echo is kept with its arrival
+    time, every other datagram goes to ``passer`` at once, in the loop iteration in which the
+    prober's own socket would have handed it over. Passed on by the woken trace task instead, each
+    reply waited one more loop iteration, tens to hundreds of microseconds on a loaded host, and the
+    pair being traced looked queued: the live demo's 16 agents refreshing their traces together
+    (every 10 minutes) opened a congestion incident on the pairs they were tracing."""
+
+    def __init__(self, sock: socket.socket, passer: Passer | None) -> None:
         self.loop = asyncio.get_running_loop()
+        self.sock, self.passer = sock, passer
         self.fd = sock.fileno()
         self.event = asyncio.Event()
-        self.loop.add_reader(self.fd, self.event.set)
+        self.asked: _Asked | None = None
+        self.echoes: deque[float] = deque()  # arrival times of the asked packet's echoes
+        self.loop.add_reader(self.fd, self._ready)
+
+    def ask(self, asked: _Asked) -> None:
+        """The packet now awaited: echoes of earlier ones are stale."""
+        self.asked = asked
+        self.echoes.clear()
+
+    def echo(self) -> float | None:
+        """When the awaited packet's echo arrived (None: not yet)."""
+        self._drain()
+        return self.echoes.popleft() if self.echoes else None
+
+    def _ready(self) -> None:
+        self._drain()
+        self.event.set()
+
+    def _drain(self) -> None:
+        cleared = False
+        while True:
+            try:
+                data, addr = self.sock.recvfrom(65535)
+            except BlockingIOError:
+                return
+            except OSError:  # the pending error of an ICMP message, cleared by raising: read on once
+                if cleared:
+                    return
+                cleared = True
+                continue
+            cleared = False
+            asked = self.asked
+            if asked is not None and addr[0] == asked.dst_ip and asked.answer(data, asked.ttl):
+                self.echoes.append(time.monotonic())
+            elif self.passer is not None:
+                self.passer(data, addr)
 
     async def wait(self, timeout_s: float) -> None:
         self.event.clear()
@@ -186,15 +235,18 @@ class _Asked:
     dst_ip: str
     sent: bytes
     answer: Answer
-    passer: Passer | None
 
 
 async def _answer(sock: socket.socket, waiter: _Readable, asked: _Asked, started: float, timeout_s: float) -> Hop:
+    waiter.ask(asked)
     deadline = started + timeout_s
     while True:
-        hop = _take_errors(sock, asked, started) or _take_datagrams(sock, asked, started)
+        hop = _take_errors(sock, asked, started)
         if hop is not None:
             return hop
+        arrived = waiter.echo()
+        if arrived is not None:  # the destination itself answered: the end
+            return Hop(asked.ttl, asked.dst_ip, True, arrived - started)
         left = deadline - time.monotonic()
         if left <= 0:
             return Hop(asked.ttl, None)
@@ -216,21 +268,6 @@ def _take_errors(sock: socket.socket, asked: _Asked, started: float) -> Hop | No
         if err.type == ICMP_TIME_EXCEEDED:
             return Hop(asked.ttl, err.offender, False, rtt)
         return Hop(asked.ttl, err.offender, err.offender == asked.dst_ip, rtt)  # unreachable: the end
-
-
-def _take_datagrams(sock: socket.socket, asked: _Asked, started: float) -> Hop | None:
-    """The destination's echo of the trace (it reached), passing on every other datagram."""
-    while True:
-        try:
-            data, addr = sock.recvfrom(65535)
-        except BlockingIOError:
-            return None
-        except OSError:  # the pending error of an ICMP message, read from the error queue next
-            return _take_errors(sock, asked, started)
-        if addr[0] == asked.dst_ip and asked.answer(data, asked.ttl):
-            return Hop(asked.ttl, asked.dst_ip, True, time.monotonic() - started)
-        if asked.passer is not None:
-            asked.passer(data, addr)
 
 
 # --- hops -> topology elements -----------------------------------------------------------------

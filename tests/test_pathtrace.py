@@ -4,6 +4,7 @@ probe's own packets are counted on the spine the trace named, and none on the ot
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -12,11 +13,13 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from fabricd.pathtrace import Hop, IcmpError, hop_elements, parse_recverr, route_links, trace
+from fabricd.pathtrace import Hop, IcmpError, hop_elements, parse_recverr, route_links, trace, trace_async
 from tests.helpers import REPO, need_binary, need_root
 from tests.support.lab import in_netns
 from tests.support.routed_lab import SPINES, RoutedLab, routed_lab
@@ -34,6 +37,46 @@ def test_an_icmp_error_names_its_origin_type_and_offender() -> None:
     assert parse_recverr(data) == IcmpError(2, 11, 0, "10.12.0.2")
     assert parse_recverr(data[:16]) == IcmpError(2, 11, 0, None)
     assert parse_recverr(b"short") is None
+
+
+async def test_a_reply_arriving_during_a_trace_is_handed_on_by_the_loops_reader_not_the_woken_trace() -> None:
+    # The prober's replies reach the trace socket while its pair is traced (same 5-tuple). Handed on
+    # by the trace task once woken, each waited one more loop iteration: on the live demo's loaded
+    # machine the traced pairs' fastest probes rose ~100 us and opened a congestion incident. In the
+    # reader callback (no task running) they are as prompt as on the prober's own socket.
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the destination: never answers
+    silent.bind(("127.0.0.1", 0))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the responder of the prober's probes
+    handed: list[tuple[bytes, Any, float]] = []
+
+    def passer(data: bytes, _addr: Any) -> None:
+        handed.append((data, asyncio.current_task(), time.monotonic()))
+
+    try:
+        tracing = asyncio.create_task(
+            trace_async(
+                sock,
+                silent.getsockname(),
+                max_hops=1,
+                timeout_s=1.0,
+                attempts=1,
+                answer=lambda *_: False,
+                passer=passer,
+            )
+        )
+        await asyncio.sleep(0.2)  # the trace waits for its first hop
+        sent = time.monotonic()
+        peer.sendto(b"reply", sock.getsockname())
+        hops = await tracing
+    finally:
+        for s in (silent, sock, peer):
+            s.close()
+    assert hops == [Hop(1, None)]
+    ((data, task, at),) = handed
+    assert (data, task) == (b"reply", None)  # from the loop's reader callback, no task
+    assert at - sent < 0.5  # while the trace still waited (its 1 s timeout), not after it
 
 
 @pytest.fixture(scope="module")
