@@ -20,7 +20,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fabricd.detect.roundtrip import combine, directed_keys, directed_views, link_of
-from fabricd.detect.votes import Cluster, Symptom, Tally, certain_votes, group_consistency, subject, ties, votes
+from fabricd.detect.votes import (
+    Cluster,
+    Symptom,
+    Tally,
+    below_is_noise,
+    certain_votes,
+    group_consistency,
+    subject,
+    ties,
+    votes,
+)
 from fabricd.model import Candidate
 from fabricd.topology import Element, ElementKind
 
@@ -322,13 +332,12 @@ class Localizer:
 
     def _top_links(self, switch: str, scores: Mapping[str, float], remaining: list[Symptom]) -> list[str]:
         """The switch's fabric links within STANDS_OUT of its best one; [] when a bad symptom
-        reaches the switch without crossing one of its fabric links (a fault below it). Measured in
-        the routed lab: letting a minority of bad pairs below the switch through (as noise) named
-        the right leaf once, and opened "one of the leaf's uplinks" on RTT noise twice (noise there
-        flags 30-50 of 132 pairs at 6-40 sigma), so a pair below the switch still vetoes."""
+        reaches the switch without crossing one of its fabric links (a fault below it), unless that
+        symptom is far weaker than the ones through the links (``votes.below_is_noise``)."""
         links = set(self._fabric_links.get(switch, []))
         through = [s for s in remaining if any(switch in alt for alt in s.alternatives)]
-        if not links or not all(links & alt for s in through for alt in s.alternatives):
+        below = [s for s in through if not all(links & alt for alt in s.alternatives)]
+        if not links or (below and not below_is_noise(below, [s for s in through if s not in below])):
             return []
         voted = sorted((scores[link], link) for link in links if scores.get(link, 0.0) > 0)
         if not voted:
