@@ -287,6 +287,24 @@ def test_a_senders_noisy_pair_and_its_first_marks_are_not_its_host_links_queue()
     assert {i.key for i in changes if i.state is IncidentState.OPEN} == {f"congestion:{FAULT}"}
 
 
+def test_a_receivers_marks_and_its_own_probes_through_the_queue_are_not_its_host_links_queue() -> None:
+    # Measured live (CI, `fabricd eval --live demo`): node-008, a receiver behind the congested
+    # uplink, had its marks fire and three of its own probes through the uplink slow a scrape before
+    # the other probers' pairs showed the uplink; three slow pairs exempted its host link from the
+    # receivers' hold and it opened beside the fabric link. A queue into the host would slow other
+    # nodes' probes into it too: its own probes alone do not speak for its link.
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    host = next(r for r in sorted(RECEIVERS) if sum(crosses(r, d) for d in PEERS[r]) >= 3)
+    port = receivers_marked(c)
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        first = 12 if src == host else 14  # the others' first whole interval inside the fault comes later
+        return (0.0, 450e-6 if in_fault(ts, c, first) and crosses(src, dst) else 20e-6)
+
+    changes = replay(engine(), c.rounds(34, port=port, pairs=pairs))
+    assert {i.key for i in changes if i.state is IncidentState.OPEN} == {f"congestion:{FAULT}"}
+
+
 def test_a_pair_faster_than_its_normal_does_not_make_its_probers_other_pairs_slow() -> None:
     # The live demo's false incident: node-012's pair to node-013 had a high normal (~400 us against
     # ~200-275 us for its other pairs) and fell 190 us below it for a few scrapes. Taken as the

@@ -101,5 +101,6 @@ def _pair_wait(ctx: EvalContext) -> float:
     slow probe through the fabric queue shows up to two intervals later (its min RTT needs a whole
     interval inside the fault), so two intervals of hold left no margin live: a loaded CI host opened
     the receiver's link beside the fabric link. A real incast is not held: probes into the receiver
-    queue behind it too, and three slow pairs exempt a host link (``network.LOCAL_PAIRS``)."""
+    queue behind it too, and three slow pairs from two probers at least exempt a host link
+    (``network.LOCAL_PAIRS``, ``network._local_pairs``)."""
     return (3 if ctx.healthy_pairs else 2) * ctx.interval
