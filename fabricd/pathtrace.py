@@ -174,9 +174,9 @@ class _Readable:
     Datagrams are read in the reader callback itself: the trace's echo is kept with its arrival
     time, every other datagram goes to ``passer`` at once, in the loop iteration in which the
     prober's own socket would have handed it over. Passed on by the woken trace task instead, each
-    reply waited one more loop iteration, tens to hundreds of microseconds on a loaded host, and the
-    pair being traced looked queued: the live demo's 16 agents refreshing their traces together
-    (every 10 minutes) opened a congestion incident on the pairs they were tracing."""
+    reply waited one more loop iteration (tens to hundreds of microseconds on a loaded host) for as
+    long as the trace ran, and a pair turning bad is traced at once: its RTT rose while it was
+    being looked at."""
 
     def __init__(self, sock: socket.socket, passer: Passer | None) -> None:
         self.loop = asyncio.get_running_loop()

@@ -120,8 +120,8 @@ def group_consistency(view: Sequence[str], explained: Sequence[Symptom], carried
 # A pair below a switch is noise beside its uplinks' pairs when its weight is at most this share of
 # theirs (the median): one standing queue delays every probe through it by about the same time, so
 # the pairs behind it all score alike, and a fault below the switch would slow the pairs there as
-# much. Weights are 1 + decades over the threshold (``fabricd.detect.base.severity_weights``): against pairs 1,000x over
-# it, a pair below is noise while at most 10x over. Measured in the routed lab: RTT noise flags
+# much. Weights are 1 + decades over the threshold (base.severity_weights): against pairs 1,000x
+# over it, a pair below is noise while at most 10x over. Measured in the routed lab: RTT noise flags
 # 30-50 of its 132 pairs at 6-40 robust sigmas (1-7x the threshold) at any time, the queue's pairs
 # score in the thousands; with a strict veto one noisy pair below the leaf hid the leaf's uplinks.
 # Only a minority may be set aside this way: several pairs below the switch are a fault there.
