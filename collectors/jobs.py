@@ -42,6 +42,9 @@ log = logging.getLogger("fabricd.collectors.jobs")
 SOURCE = "job"
 AFFINITY_SOURCE = "gpu"
 MAX_FILES = 1024  # a node runs a handful of jobs; more files than this is a broken epilog
+# What scontrol listpids prints, exiting 1, on a node with no job step (Slurm's
+# src/scontrol/info_job.c, _list_pids_all_jobs): an answer, not a failure.
+NO_STEPS = "No job steps exist on this node."
 
 
 class JobsOptions(CollectorOptions):
@@ -150,6 +153,8 @@ class SlurmFiles:
         if self.options.scontrol is None:
             return None
         result = await self.runner.run(self.options.scontrol, self.options.timeout_seconds)
+        if result.returncode != 0 and NO_STEPS in result.output:
+            return set()  # no job runs a step here: files past their grace are stale, not trusted
         if result.returncode != 0:
             why = result.error or ("timed out" if result.timed_out else result.output.strip()[:200])
             self._log_once("scontrol", f"{' '.join(self.options.scontrol)} failed ({why}); job files are trusted")

@@ -136,6 +136,20 @@ def test_without_scontrol_the_files_are_trusted(tmp_path: Path) -> None:
     }
 
 
+def test_a_node_with_no_job_step_has_no_live_job_and_its_old_files_are_stale(tmp_path: Path) -> None:
+    # Slurm's scontrol listpids exits 1 with "No job steps exist on this node." where nothing runs
+    # (src/scontrol/info_job.c): that is an answer. Read as a failure, the files were trusted and a
+    # node that crashed before its epilog kept reporting its last job.
+    clock = [10_000.0]
+    runner = ListPids("No job steps exist on this node.\n", 1)
+    _job_file(tmp_path, "12", "1", mtime=clock[0] - 1000)  # the crashed job's
+    _job_file(tmp_path, "13", "2", mtime=clock[0] - 5)  # just allocated: its first step not started yet
+    readings = asyncio.run(_collector(tmp_path, runner, clock).collect())
+    assert list(_infos(readings)) == ["13"]
+    gauges = {r.counter: r.value for r in readings if r.source == "job" and not r.device}
+    assert (gauges["running"], gauges["files_stale"]) == (1.0, 1.0)
+
+
 def test_exposed_as_info_series(tmp_path: Path) -> None:
     clock = [10_000.0]
     _job_file(tmp_path, "11", "3", mtime=clock[0])

@@ -57,7 +57,10 @@ def test_prolog_file_and_listpids_of_a_running_job(slurm: SlurmCluster) -> None:
         "gpus": "0,1",  # SLURM_JOB_GPUS: slurmd's indices of the GPUs it gave the job
         "partition": "debug",
     }
-    slurm.wait_until(lambda: job in slurm.run("scontrol", "listpids").split(), "scontrol listpids shows the job")
+    # Exit 1 and "No job steps exist on this node." until the batch step starts (PrologFlags=Alloc
+    # runs the prolog at allocation, before it).
+    listed = lambda: job in slurm.run("scontrol", "listpids", check=False).split()  # noqa: E731
+    slurm.wait_until(listed, "scontrol listpids shows the job")
     slurm.run("scancel", job)
     slurm.wait_until(lambda: not (slurm.jobs_dir / f"{job}.json").exists(), "the epilog removed the job file")
 
