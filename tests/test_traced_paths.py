@@ -271,7 +271,8 @@ async def test_an_agents_traced_route_reaches_the_central_and_replaces_the_ecmp_
     ]
 
 
-async def _loopback_readings(trace_paths: bool) -> list[Reading]:
+async def _responder() -> PingmeshCollector:
+    """Node b's pingmesh, answering on a free loopback port."""
     server = build(
         "pingmesh",
         {"listen_address": "127.0.0.1", "listen_port": 0},
@@ -281,6 +282,11 @@ async def _loopback_readings(trace_paths: bool) -> list[Reading]:
     )
     assert isinstance(server, PingmeshCollector)
     await server.start()
+    return server
+
+
+async def _loopback_readings(trace_paths: bool) -> list[Reading]:
+    server = await _responder()
     peers = [{"name": "b", "address": "127.0.0.1", "port": server.listen_port, "rate_per_second": 50}]
     options = {"peers": peers, "respond": False, "trace_paths": trace_paths}
     client = build("pingmesh", options, node="a", sysfs_root=Path("/sys"), registry=REGISTRY)
@@ -341,15 +347,7 @@ async def test_an_uploaded_route_holds_until_a_newer_trace_and_a_newer_upload_wi
 
 async def test_a_responder_traces_the_path_of_its_replies_to_each_prober_it_hears() -> None:
     # Loopback: the reply trace is one hop, the prober itself, which echoes it (TRACE_SESSION).
-    server = build(
-        "pingmesh",
-        {"listen_address": "127.0.0.1", "listen_port": 0},
-        node="b",
-        sysfs_root=Path("/sys"),
-        registry=REGISTRY,
-    )
-    assert isinstance(server, PingmeshCollector)
-    await server.start()
+    server = await _responder()
     peers = [{"name": "b", "address": "127.0.0.1", "port": server.listen_port, "rate_per_second": 50}]
     client = build("pingmesh", {"peers": peers, "respond": False}, node="a", sysfs_root=Path("/sys"), registry=REGISTRY)
     assert isinstance(client, PingmeshCollector)
