@@ -142,3 +142,27 @@ def test_throttled_senders_and_paused_pairs_of_an_hol_root_are_not_congestion() 
 
     changes = replay(oracle_engine(TOPO), c.rounds(50, port=port, pairs=pairs, extra=pauses(c, victims)))
     assert {(i.kind, i.element) for i in changes} == {(IncidentKind.HOL_BLOCKING, "node-007/mlx5_0")}
+
+
+def test_an_uplink_queue_crossed_by_most_pairs_of_a_leaf_is_congestion_not_hol() -> None:
+    # leaf-02~spine-01 queues. With few peers per port, node-006, -007 and -008 have all their pairs
+    # but one crossing it (80 % or more slow: "stalled"), node-005 none. What sets this apart from
+    # HOL is the pairs that never leave the leaf (node-005 -> 006, 007 -> 008): pauses would slow
+    # them, an uplink's queue leaves them healthy. (Live `make demo`, CI: this opened HOL on node-005.)
+    via_spine_1 = {"node-006": [2, 4, 10, 12, 14], "node-007": [1, 3, 9, 11], "node-008": [2, 4, 10, 12]}
+    peers = {n: [f"node-{k:03d}" for k in ks] for n, ks in via_spine_1.items()}
+    peers["node-005"] = ["node-006", "node-002", "node-004", "node-010"]  # crossing spine-02
+    peers["node-007"].append("node-008")
+    for i, n in enumerate(NODES):
+        if n not in peers:  # healthy pairs within the other leaves
+            peers[n] = [m for m in NODES[i - i % 4 : i - i % 4 + 4] if m != n][:2]
+    c = Cluster(NODES, hcas=2, probe_peers=peers)
+    oracle = path_oracle(ORACLE_TOPO, 2)
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        queued = 10 <= step(ts, c) < 30 and "leaf-02~spine-01" in oracle(src, dst)
+        return (0.0, 350e-6 if queued else 20e-6)
+
+    changes = replay(oracle_engine(), c.rounds(50, pairs=pairs))
+    opened = [i for i in changes if i.state is IncidentState.OPEN]
+    assert {(i.kind, i.element) for i in opened} == {(IncidentKind.CONGESTION, "leaf-02~spine-01")}

@@ -154,8 +154,7 @@ def _claim_victims(ctx: EvalContext, ports: set[str], found: Sequence[Finding]) 
 
 def _stalled_ports(ctx: EvalContext) -> dict[str, float]:
     """HCA ports whose probe pairs are slow whichever peer they probe: port -> share of slow pairs."""
-    slow = [*ctx.signal("rtt_queue_outlier"), *(f for f in ctx.pending if f.signal == "rtt_queue_outlier")]
-    bad_pairs = {(f.node, f.device) for f in slow}
+    bad_pairs = _slow_pairs(ctx)
     if not bad_pairs:
         return {}
     bad, total = _port_votes(ctx, bad_pairs)
@@ -201,7 +200,35 @@ def _stalled_leaf(ctx: EvalContext, stalled: dict[str, float]) -> str | None:
     n = sum(1 for p in stalled if ctx.localizer.leaf(p) == leaf)
     if n < ctx.param("hol_min_stalled_ports", 3) or n / max(1, probed[leaf]) < ctx.param("hol_stalled_share", 0.5):
         return None
-    return leaf
+    return leaf if _within_leaf_slow(ctx, leaf) else None
+
+
+def _within_leaf_slow(ctx: EvalContext, leaf: str) -> bool:
+    """Whether the pairs that never leave ``leaf`` are slow too, as pauses make them: a paused port
+    cannot send to any peer, its neighbours on the leaf included. A queue on the leaf's uplinks (or
+    beyond) slows only the pairs crossing it, and with few peers per port, most of a port's pairs
+    can cross it: then its pairs within the leaf are the ones still healthy. Without such pairs
+    probed, nothing tells the two apart and the ports' shares decide alone."""
+    inside = [pair for pair in ctx.healthy_pairs if _within(ctx, pair, leaf)]
+    if len(inside) < ctx.param("hol_stalled_min_pairs", 2):
+        return True
+    slow = _slow_pairs(ctx)
+    return sum(1 for pair in inside if pair in slow) / len(inside) >= ctx.param("hol_stalled_share", 0.5)
+
+
+def _within(ctx: EvalContext, pair: tuple[str, str], leaf: str) -> bool:
+    """Whether both ends of a probed pair are on ``leaf`` and no round trip of it leaves the leaf."""
+    ports = ctx.localizer.pair_ports(*pair)
+    if not ports or any(ctx.localizer.leaf(p) != leaf for p in ports):
+        return False
+    uplinks = set(ctx.localizer.uplinks(leaf))
+    return not any(uplinks & alt for alt in ctx.localizer.round_trip(*pair)[0])
+
+
+def _slow_pairs(ctx: EvalContext) -> set[tuple[str, str]]:
+    """The probed pairs (prober, peer) with a queue outlier, firing or pending."""
+    slow = [*ctx.signal("rtt_queue_outlier"), *(f for f in ctx.pending if f.signal == "rtt_queue_outlier")]
+    return {(f.node, f.device) for f in slow}
 
 
 def _quiet_root(ctx: EvalContext, leaf: str, stalled: dict[str, float]) -> tuple[str | None, float]:
