@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fabricd.detect.incidents import IncidentBook, Proposal
 from fabricd.detect.rules import Lifecycle
 from fabricd.model import Candidate, Evidence, IncidentKind, IncidentState, Severity
@@ -147,3 +149,37 @@ def test_a_leaf_incident_resolved_within_the_reopen_window_is_narrowed_and_reope
     (narrowed,) = book.apply([prop(1200)], 1200)
     assert narrowed is leaf and narrowed.state is IncidentState.OPEN
     assert [i.key for i in book.all()] == ["congestion:leaf-01~spine-01"]
+
+
+def test_a_book_adopts_stored_open_incidents_as_if_it_had_opened_them() -> None:
+    # A correlator died with "congestion:leaf-01" open (ambiguous among its uplinks; leaf-02 was a
+    # weaker candidate). The next engine's book takes it over: no second incident for the same fault.
+    p = coarse(1000)
+    p.candidates.append(Candidate("leaf-02", 0.2))
+    p.ambiguous = True
+    (opened,) = IncidentBook(LC).apply([p], 1000)
+    stored = dataclasses.replace(opened, candidates=list(opened.candidates), timeline=list(opened.timeline))
+    rank = dataclasses.replace(stored, key="straggler:rank:7:c0:allreduce:3", kind=IncidentKind.STRAGGLER)
+    book = IncidentBook(LC)
+    assert book.adopt([stored, rank]) == [stored]  # a rank straggler is not a proposal's incident
+    assert book.adopt([stored]) == []  # once
+    assert book.apply([coarse(1010)], 1010) == []  # the same fault again: confirmed, nothing new
+    other = prop(1020)
+    other.element = "leaf-02"
+    (elsewhere,) = book.apply([other], 1020)  # a candidate that is not one of its parts: another fault
+    assert elsewhere.key == "congestion:leaf-02"
+    (narrowed,) = book.apply([prop(1030)], 1030)
+    assert narrowed is stored and (narrowed.key, narrowed.narrowed_from) == (
+        "congestion:leaf-01~spine-01",
+        ["congestion:leaf-01"],
+    )
+    assert [i.key for i in book.resolve_quiet(1100)] == ["congestion:leaf-02", "congestion:leaf-01~spine-01"]
+
+
+def test_an_adopted_incident_nothing_confirms_resolves_after_the_quiet_period() -> None:
+    (stored,) = IncidentBook(LC).apply([prop(1000)], 1000)
+    book = IncidentBook(LC)
+    book.adopt([stored])
+    assert book.resolve_quiet(1050) == []
+    (resolved,) = book.resolve_quiet(1061)
+    assert resolved is stored and resolved.state is IncidentState.RESOLVED and resolved.resolved_ts == 1000

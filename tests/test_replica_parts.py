@@ -203,6 +203,65 @@ def test_a_new_correlator_rebuilds_its_state_from_the_store_and_opens_nothing_tw
     assert [(i.element, i.state, i.updated_ts) for i in store.incidents.query()] == [(x, "open", T0 + 10)]
 
 
+def test_a_new_correlator_takes_over_the_open_incidents_and_resolves_the_ones_gone_quiet(store: Storage) -> None:
+    # "congestion:leaf-01" is open in the store, last confirmed at T0; the correlator that evaluated up
+    # to T0 + 200 s died before it resolved it (here: a detector with no book). The new one's warm-up
+    # (the real engine) replays those 200 quiet seconds: its book adopted the incident and resolves it
+    # after the quiet period (120 s); the store is told at the warm-up's end. Before, the rebuilt
+    # engine did not know the incident, and it stayed open in the store for good.
+    from prometheus_client import CollectorRegistry
+
+    from fabricd.detect import DetectionEngine
+    from fabricd.model import Candidate, Evidence
+    from fabricd.server.detection import DetectionLoop, EngineFeed
+    from fabricd.server.metrics import ServerMetrics
+
+    names = BusNames("fabricd", 4)
+    x, _ = _two_partitions(names)
+    stream = PartitionedStream(store.latest.db, store.latest.identities, names)
+    metrics, heard = ServerMetrics(CollectorRegistry()), []
+    listeners = [lambda iid, transition, inc: heard.append((transition, inc.key))]
+    leaf = Incident(
+        "congestion:leaf-01",
+        IncidentKind.CONGESTION,
+        Severity.WARNING,
+        IncidentState.OPEN,
+        "leaf-01",
+        "leaf-01 (or one of its uplinks) is congested",
+        T0 - 30,
+        T0,
+        candidates=[Candidate("leaf-01~spine-01", 0.5), Candidate("leaf-01~spine-02", 0.5)],
+        evidence=[Evidence("ecn_marked_ratio", "node-002", "mlx5_0", "1", 0.1, 0.02, T0, (("priority", "3"),))],
+        timeline=[(T0 - 30, "first symptom"), (T0 - 20, "opened: leaf-01 (or one of its uplinks) is congested")],
+        ambiguous=True,
+    )
+    store.incidents.upsert(leaf)
+    evidence = store.incidents.query()[0].evidence
+    for i in range(21):
+        store.writer.ingest(make_batch(x, f"{x}-{i}", [ib_sample(T0 + 10 * i, rate=1.0)]), T0 + 10 * i, 100)
+    first = HotPort()  # the dead correlator: evaluated all of it, opened nothing more
+    loop = DetectionLoop(stream, store.incidents, first, metrics, (), lambda: T0 + 201)
+    while loop.step():
+        pass
+    feed = EngineFeed(DetectionEngine())
+    loop = DetectionLoop(stream, store.incidents, feed, metrics, listeners, lambda: T0 + 202, warmup_seconds=3600)
+    while loop.step():
+        pass
+    assert heard == [("resolved", "congestion:leaf-01")]
+    (row,) = store.incidents.query()
+    assert (row.key, row.state, row.resolved_ts) == ("congestion:leaf-01", "resolved", T0)
+    assert row.timeline[-1][1] == "resolved: quiet since " + _utc(T0)
+    assert row.evidence == evidence and [c["element"] for c in row.candidates] == [
+        "leaf-01~spine-01",
+        "leaf-01~spine-02",
+    ]
+    assert feed.incidents() == []
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(ts))
+
+
 def test_replicas_starting_together_on_an_empty_database_migrate_it_once() -> None:
     if not pg_reachable():
         skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")

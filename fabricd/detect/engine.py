@@ -172,6 +172,10 @@ class DetectionEngine:
         """Incidents not yet resolved."""
         return self.book.open()
 
+    def adopt(self, incidents: Iterable[Incident]) -> list[Incident]:
+        """Open incidents stored by a previous engine become this one's (``IncidentBook.adopt``)."""
+        return self.book.adopt(incidents)
+
     # --- signals -> rules ------------------------------------------------------------------------
 
     def _emit(self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float) -> None:

@@ -25,6 +25,7 @@ into the incident with that key, whatever the number of symptoms behind them.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -71,6 +72,13 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%H:%M:%S UTC")
 
 
+def _part_of(part: str, element: str) -> bool:
+    """Whether ``part`` is a link with ``element`` (a switch) at one end: what an ambiguous incident
+    on a switch may be narrowed onto (``Proposal.narrows_to``: its uplinks, not the other leaves
+    among its candidates)."""
+    return part != element and element in part.split("~")
+
+
 def max_severity(severities: list[Severity]) -> Severity:
     return max(severities, key=_SEVERITY_ORDER.__getitem__, default=Severity.WARNING)
 
@@ -104,6 +112,25 @@ class IncidentBook:
 
     def open(self) -> list[Incident]:
         return [e.incident for e in self._entries.values() if e.incident.state is not IncidentState.RESOLVED]
+
+    def adopt(self, incidents: Iterable[Incident]) -> list[Incident]:
+        """Take over incidents another engine opened and stored (a restart, a new correlator): from
+        here on they are this book's, confirmed, narrowed or resolved as if it had opened them, and
+        they shape the detectors' proposals as open incidents do. A rebuilt engine re-derives only
+        the last minutes: without this, an incident opened before them would stay open in the store
+        forever, and the rebuilt engine could place the same fault elsewhere beside it. Incidents
+        not keyed as proposals are (``kind:element``: a rank straggler's) are not the book's;
+        returns those adopted (the same objects: the book changes them in place)."""
+        out = []
+        for inc in incidents:
+            if inc.key != f"{inc.kind.value}:{inc.element}" or inc.key in self._entries:
+                continue
+            if inc.state is IncidentState.RESOLVED:
+                continue
+            parts = frozenset(c.element for c in inc.candidates if _part_of(c.element, inc.element))
+            self._entries[inc.key] = _Entry(inc, inc.updated_ts, narrows_to=parts if inc.ambiguous else frozenset())
+            out.append(inc)
+        return out
 
     def all(self) -> list[Incident]:
         return [e.incident for e in self._entries.values()]

@@ -26,7 +26,7 @@ from fabricd.detect.settle import SettlementState
 if TYPE_CHECKING:
     from fabricd.detect.engine import DetectionEngine
     from fabricd.detect.settle import SettleParams
-from fabricd.model import Incident
+from fabricd.model import Incident, IncidentState
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store.protocols import IncidentSink, SampleSource, TopologyReader
 from fabricd.server.store.records import Delivery, NotFound
@@ -96,6 +96,14 @@ class DetectionLoop:
         self._late_seen = 0
         self._written: dict[str, float] = {}  # incident key -> updated_ts last stored
         detector.expect(nodes, clock())
+        # What a previous engine stored open is this one's to confirm, narrow or resolve (a restart,
+        # a new correlator): adopted before the warm-up, whose proposals then see them open as the
+        # previous engine's did. Otherwise an incident opened before the warm-up's window would stay
+        # open in the store for good, and the rebuilt engine could place its fault elsewhere beside it.
+        adopt = getattr(detector, "adopt", None)
+        adopted = adopt(incidents.unresolved()) if adopt is not None else []
+        # Kept until the warm-up ends: what it resolves or narrows of them is written then.
+        self._adopted = [(inc.key, inc) for inc in adopted] if self._warm is not None else []
 
     def step(self) -> int:
         """Read one chunk of stored samples and evaluate what settled; returns how many were read
@@ -107,9 +115,7 @@ class DetectionLoop:
         now = self.clock()
         whole = count < self.chunk  # a full chunk may have cut a delivery: its last scrape may be partial
         for inc in self.detector.deliver(deliveries, now, whole):
-            iid, transition = self.incidents.upsert(inc)
-            self._notify(iid, transition, inc)
-            self._written[inc.key] = inc.updated_ts
+            self._store(inc)
         self._refresh()
         if count:
             self._held.append((cursor, max(s.ts for d in deliveries for s in d.samples)))
@@ -126,8 +132,17 @@ class DetectionLoop:
         if not count:  # every partition is back at its saved cursor: from here on, as always
             self._warm = None
             self._written = {inc.key: inc.updated_ts for inc in getattr(self.detector, "incidents", list)()}
+            for key, inc in self._adopted:  # what the warm-up changed of them is news to the store
+                if inc.state is IncidentState.RESOLVED or inc.key != key:
+                    self._store(inc)
+            self._adopted = []
             logs.event(log, logging.INFO, "detection state rebuilt; evaluating from the saved cursor")
         return max(count, 1)
+
+    def _store(self, inc: Incident) -> None:
+        iid, transition = self.incidents.upsert(inc)
+        self._notify(iid, transition, inc)
+        self._written[inc.key] = inc.updated_ts
 
     def _save(self, now: float) -> None:
         settled = self.detector.settled()
@@ -200,6 +215,9 @@ class EngineFeed:
     def incidents(self) -> list[Incident]:
         """The engine's incidents not yet resolved (``updated_ts``: last confirmed)."""
         return self.engine.incidents()
+
+    def adopt(self, incidents: Sequence[Incident]) -> list[Incident]:
+        return self.engine.adopt(incidents)
 
 
 class EngineDetector(EngineFeed):

@@ -41,6 +41,10 @@ class JobAttribution:
     def settlement(self) -> SettlementState:
         return self.inner.settlement()
 
+    def adopt(self, incidents: Sequence[Incident]) -> list[Incident]:
+        adopt = getattr(self.inner, "adopt", None)
+        return list(adopt(incidents)) if adopt is not None else []
+
     def incidents(self) -> list[Incident]:
         current = getattr(self.inner, "incidents", None)
         return list(current()) if current is not None else []

@@ -12,7 +12,16 @@ from typing import Any
 from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from fabricd.model import Evidence, Incident
+from fabricd.model import (
+    AffectedJob,
+    Candidate,
+    Evidence,
+    Incident,
+    IncidentKind,
+    IncidentState,
+    Severity,
+    labels_of,
+)
 from fabricd.server import tables as t
 from fabricd.server.store.records import Conflict, IncidentCount, IncidentRecord, NotFound
 from fabricd.server.store.sql import Database
@@ -87,6 +96,12 @@ class Incidents:
         with self.sessions() as s:
             return [_record(row) for row in s.scalars(q)]
 
+    def unresolved(self) -> list[Incident]:
+        """The incidents not resolved, as the engine keeps them: what a restarted or new correlator
+        takes over (``DetectionLoop``)."""
+        with self.sessions() as s:
+            return [_incident(row) for row in s.scalars(select(t.Incident).where(t.Incident.state != "resolved"))]
+
     def get(self, incident_id: int) -> IncidentRecord:
         with self.sessions() as s:
             return _record(_existing(s.get(t.Incident, incident_id), incident_id))
@@ -151,6 +166,44 @@ def _record(row: t.Incident) -> IncidentRecord:
         timeline=[list(e) for e in row.timeline],
         affected_jobs=[dict(j) for j in row.affected_jobs or []],
         ambiguous=bool(row.ambiguous),
+    )
+
+
+def _incident(row: t.Incident) -> Incident:
+    return Incident(
+        key=row.key,
+        kind=IncidentKind(row.kind),
+        severity=Severity(row.severity),
+        state=IncidentState.OPEN,  # acked is the store's: to the engine the fault is open
+        element=row.element,
+        summary=row.summary,
+        started_ts=row.started_ts,
+        updated_ts=row.updated_ts,
+        candidates=[Candidate(c["element"], c["score"], c.get("weight", 0.0)) for c in row.candidates],
+        affected=[str(a) for a in row.affected],
+        evidence=[_evidence(e) for e in row.evidence],
+        timeline=[(float(e[0]), str(e[1])) for e in row.timeline],
+        affected_jobs=[
+            AffectedJob(j["id"], j.get("user", ""), j.get("name", ""), tuple(j.get("nodes", ())))
+            for j in row.affected_jobs or []
+        ],
+        ambiguous=bool(row.ambiguous),
+    )
+
+
+def _evidence(e: dict[str, Any]) -> Evidence:
+    return Evidence(
+        e["signal"],
+        e["node"],
+        e["device"],
+        e["port"],
+        e["value"],
+        e["threshold"],
+        e["ts"],
+        labels_of(e.get("labels")),
+        e.get("note", ""),
+        e.get("op", ""),
+        e.get("unit", ""),
     )
 
 

@@ -116,6 +116,10 @@ class IncidentSink(Protocol):
         """Move an unresolved incident's ``updated_ts`` forward (the fault is still there)."""
         ...
 
+    def unresolved(self) -> list[Incident]:
+        """The incidents not resolved, as the engine keeps them (what a new engine takes over)."""
+        ...
+
 
 class IncidentReader(Protocol):
     def query(
