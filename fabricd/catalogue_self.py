@@ -50,6 +50,9 @@ SELF_ROWS: tuple[MetricSpec, ...] = rows(
         MetricSpec("fabricd_ingest_duplicate_batches_total", "counter", "", "Retried batches acknowledged again", ()),
         MetricSpec("fabricd_ingest_series_created_total", "counter", "", "New series stored", ()),
         MetricSpec(
+            "fabricd_ingest_forwarded_batches_total", "counter", "", "Batches published to the bus for their owner", ()
+        ),
+        MetricSpec(
             "fabricd_ingest_duration_seconds", "histogram", "seconds", "Time to decode, check and store one batch", ()
         ),
         MetricSpec("fabricd_detection_errors_total", "counter", "", "Detector runs that raised", ()),

@@ -20,17 +20,25 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from prometheus_client import CollectorRegistry
 
+from fabricd import wire
 from fabricd.bus import BusNames
 from fabricd.model import CollectorHealth
 from fabricd.server.app import create_app
+from fabricd.server.auth import Principal
+from fabricd.server.errors import ApiError
+from fabricd.server.forward import BusForwarder
+from fabricd.server.ingest import Body, Ingestor
+from fabricd.server.metrics import ServerMetrics
 from fabricd.server.services import Services
-from fabricd.settings import AgentSettings, BusSettings, ServerSettings
+from fabricd.settings import AgentSettings, BusSettings, LimitSettings, ServerSettings
 from fabricd.transport import Transport
 from fabricd.transport.nats_poster import NatsPoster
 from tests.helpers import need_binary, skip_or_fail
-from tests.support.server import free_port, ib_sample, running
+from tests.support.server import free_port, ib_sample, make_batch, running
 
 SHARED = "nats://127.0.0.1:4222"
 
@@ -269,3 +277,47 @@ async def test_the_central_stops_cleanly_after_nats_went_away(tmp_path: Path, ow
         await asyncio.sleep(1.5)
         started = time.monotonic()
     assert time.monotonic() - started < 15
+
+
+async def test_a_batch_a_replica_forwards_is_counted_stored_once_across_the_replicas(
+    tmp_path: Path, central: Any
+) -> None:
+    # A replica's HTTP ingest publishes to the bus (the real BusForwarder); the partition's owner (a
+    # central consuming the bus) stores it. Summed over the two, fabricd_ingest_batches_total is 1:
+    # the forwarding side counts it as forwarded (before: as stored too, twice in all).
+    if not _reachable("127.0.0.1", 4222):
+        skip_or_fail("NATS JetStream at 127.0.0.1:4222 is not reachable")
+    bus = bus_settings(SHARED)
+    owner = await central(bus)
+    forwarder = BusForwarder(bus)
+    await forwarder.start()
+    edge = CollectorRegistry()
+    ingestor = Ingestor(forwarder, LimitSettings(), ServerMetrics(edge), forwards=True)
+    body = Body(wire.encode(make_batch("node-1", "b-1", [ib_sample(time.time())])), wire.MSGPACK, True)
+    agent = Principal("agent", "node-1", "t")
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # 503 until the owner's consumer has created the stream; an agent retries too
+            try:
+                await anyio.to_thread.run_sync(ingestor.ingest_body, agent, body)
+                break
+            except ApiError as exc:
+                assert exc.status == 503 and time.monotonic() < deadline, exc
+                await asyncio.sleep(0.2)
+        await anyio.to_thread.run_sync(ingestor.ingest_body, agent, body)  # a retry: JetStream says duplicate
+        await until(lambda: sum(stored(owner).values()) == 1)
+    finally:
+        await forwarder.aclose()
+    counted = {
+        name: (edge.get_sample_value(name), owner.registry.get_sample_value(name))
+        for name in (
+            "fabricd_ingest_batches_total",
+            "fabricd_ingest_forwarded_batches_total",
+            "fabricd_ingest_duplicate_batches_total",
+        )
+    }
+    assert counted == {
+        "fabricd_ingest_batches_total": (0.0, 1.0),
+        "fabricd_ingest_forwarded_batches_total": (1.0, 0.0),
+        "fabricd_ingest_duplicate_batches_total": (1.0, 0.0),
+    }

@@ -175,8 +175,12 @@ class Ingestor:
         jobs: JobSink | None = None,
         on_stored: Callable[[str, Sequence[Sample]], None] = lambda _node, _samples: None,
         paths: PathSink | None = None,
+        forwards: bool = False,
     ) -> None:
         self.sink, self.limits, self.metrics, self.clock = sink, limits, metrics, clock
+        # A replica's HTTP ingest only publishes to the bus: the owner that stores a batch counts it
+        # as stored, so summing the replicas' counters counts each batch once.
+        self.forwards = forwards
         self.jobs, self.paths = jobs, paths
         self.on_stored = on_stored  # the fleet summaries of /metrics (FleetSignals.observe)
         self.in_flight = 0
@@ -263,6 +267,9 @@ class Ingestor:
     def _count(self, result: IngestResult) -> None:
         if result.duplicate:
             self.metrics.duplicates.inc()
+            return
+        if self.forwards:
+            self.metrics.forwarded.inc()
             return
         self.metrics.batches.inc()
         self.metrics.samples.inc(result.accepted)

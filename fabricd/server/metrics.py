@@ -51,6 +51,11 @@ class ServerMetrics:
             registry=registry,
         )
         self.series_created = Counter("fabricd_ingest_series_created", "New series stored", registry=registry)
+        self.forwarded = Counter(
+            "fabricd_ingest_forwarded_batches",
+            "Batches taken over HTTP and published to the bus (a replica; the partition's owner stores them)",
+            registry=registry,
+        )
         self.duration = Histogram(
             "fabricd_ingest_duration_seconds",
             "Time to decode, check and store one batch",

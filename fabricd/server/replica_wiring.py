@@ -55,7 +55,9 @@ class ReplicaWiring:
     ) -> Ingestor:
         # The owner that stores the batch counts it in the fleet signals, not the replica forwarding it;
         # job and traced-path readings are recorded here, before forwarding (they are not series).
-        return Ingestor(self.forwarder, self.settings.limits, metrics, clock, jobs, on_stored=_ignore, paths=paths)
+        return Ingestor(
+            self.forwarder, self.settings.limits, metrics, clock, jobs, on_stored=_ignore, paths=paths, forwards=True
+        )
 
     def stream(self) -> PartitionedStream:
         latest = self.store.latest
