@@ -149,6 +149,7 @@ def cabled() -> Iterator[dict[str, Path]]:
         need_binary(tool)
     # In /tmp itself: lldpd could not be reached through a socket under pytest's 0700 tmp_path.
     sockets = {ns: Path(f"/tmp/{ns}-{os.getpid()}.sock") for ns in (HOST_NS, LEAF_NS)}
+    configs = {ns: Path(f"/tmp/{ns}-{os.getpid()}.conf") for ns in (HOST_NS, LEAF_NS)}
     daemons: list[subprocess.Popen[bytes]] = []
     try:
         for ns in sockets:
@@ -163,13 +164,19 @@ def cabled() -> Iterator[dict[str, Path]]:
             _ns(LEAF_NS, "ip", "link", "set", f"{PREFIX}l{i}", "up")
         _ns(LEAF_NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")  # a routed leaf: lldpd announces Router
         for ns, sock in sockets.items():
+            # Settings in a file given with -O: lldpd starts paused and applies them before its first
+            # frame (lldpd(8)); set afterwards, the first frames carry the machine's hostname.
+            configs[ns].write_text(
+                f"configure system hostname {'gpu-a17' if ns == HOST_NS else 'ib-leaf-3'}\n"
+                "configure lldp portidsubtype ifname\n"
+                "configure lldp tx-interval 1\n"
+            )
             side = "h" if ns == HOST_NS else "l"
-            argv = ["ip", "netns", "exec", ns, "lldpd", "-d", "-u", str(sock), "-I", f"{PREFIX}{side}0,{PREFIX}{side}1"]
+            argv = ["ip", "netns", "exec", ns, "lldpd", "-d", "-u", str(sock), "-O", str(configs[ns])]
+            argv += ["-I", f"{PREFIX}{side}0,{PREFIX}{side}1"]
             daemons.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for ns, sock in sockets.items():
-            _lldpcli(ns, sock, "configure", "system", "hostname", "gpu-a17" if ns == HOST_NS else "ib-leaf-3")
-            _lldpcli(ns, sock, "configure", "lldp", "portidsubtype", "ifname")
-            _lldpcli(ns, sock, "configure", "lldp", "tx-interval", "1")
+            _lldpcli(ns, sock, "show", "chassis")  # up and answering
         yield sockets
     finally:
         for proc in daemons:
@@ -178,8 +185,8 @@ def cabled() -> Iterator[dict[str, Path]]:
         for ns in (HOST_NS, LEAF_NS):
             with contextlib.suppress(subprocess.CalledProcessError):
                 delete_namespace(ns)
-        for sock in sockets.values():
-            sock.unlink(missing_ok=True)
+        for path in [*sockets.values(), *configs.values()]:
+            path.unlink(missing_ok=True)
         assert stale_namespaces(PREFIX) == []
 
 
@@ -193,12 +200,16 @@ def _collector(ns: str, sock: Path) -> LldpCollector:
 
 
 async def _heard(collector: LldpCollector, count: int, seconds: float = 30.0) -> list[object]:
-    """Scrape until lldpd has heard ``count`` neighbours with their final names (LLDP is periodic)."""
+    """Scrape until lldpd has heard ``count`` neighbours, all with their configured names and no
+    other (a frame sent before the settings applied would be a second one: LLDP is periodic)."""
     deadline = time.monotonic() + seconds
     while True:
         readings = list(await collector.collect())
-        named = [r for r in readings if r.name == "neighbor_info" and dict(r.labels)["port_id_type"] == "ifname"]
-        if len(named) == count and all(dict(r.labels)["chassis"] in {"gpu-a17", "ib-leaf-3"} for r in named):
+        named = [r for r in readings if r.name == "neighbor_info"]
+        labels = [dict(r.labels) for r in named]
+        if len(named) == count and all(
+            x["port_id_type"] == "ifname" and x["chassis"] in {"gpu-a17", "ib-leaf-3"} for x in labels
+        ):
             return readings
         assert time.monotonic() < deadline, f"after {seconds:g} s lldpd reports {readings}"
         await asyncio.sleep(0.5)
