@@ -301,31 +301,14 @@ def test_a_fault_on_one_uplink_is_one_incident_on_that_link(lab: Lab, fault: Fau
     assert (inc["ambiguous"], inc["candidates"][0]["element"]) == (False, fault.link), inc["candidates"]
 
 
-# Issue 16 stays open on this one. Without traces the lab's congestion rests on RTT alone (Linux
-# routers mark no ECN), every round trip crosses two of a leaf's uplinks, and the lab's RTT noise on
-# this 2-core machine (17 agents, a central, lldpd in 17 namespaces) flags 30-50 of the 132 pairs at
-# 6-40 sigma at any time. A pair of that noise below the leaf vetoed "one of its uplinks" (nothing
-# opened within 90 s; right in 2 of 5 runs). Weak pairs below the leaf beside far stronger ones
-# through its uplinks are now set aside as noise (votes.below_is_noise); the first CI run since
-# passed. Expected to fail until more runs have passed.
-UNTRACED_CONGESTION = pytest.param(
-    CONGESTION,
-    id="congestion",
-    marks=pytest.mark.xfail(
-        reason="issue 16: untraced RTT-only congestion in the lab is not yet reliable", strict=False
-    ),
-)
-
-
-# Untraced loss passed 6 of 7 runs; the seventh (the last fresh-clone run) opened nothing within 90 s.
-UNTRACED_LOSS = pytest.param(
-    LOSS,
-    id="loss",
-    marks=pytest.mark.xfail(reason="issue 16: untraced loss in the lab opened nothing once in 7 runs", strict=False),
-)
-
-
-@pytest.mark.parametrize("fault", [UNTRACED_CONGESTION, UNTRACED_LOSS])
+# Without traces the lab's congestion rests on RTT alone (Linux routers mark no ECN), every round
+# trip crosses two of a leaf's uplinks, and the lab's RTT noise on a 2-core machine (17 agents, a
+# central, lldpd in 17 namespaces) flags 30-50 of the 132 pairs at 6-40 sigma at any time. A pair of
+# that noise below the leaf vetoed "one of its uplinks" (right in 2 of 5 runs) until weak pairs below
+# the leaf beside far stronger ones through its uplinks were set aside (votes.below_is_noise). Untraced
+# loss once opened nothing within 90 s, before the lab's lldpd got its settings at start (a phantom
+# host on a cable). Every run since both changes passed: 4 fresh-clone CI runs, 5 local ones.
+@pytest.mark.parametrize("fault", [pytest.param(CONGESTION, id="congestion"), pytest.param(LOSS, id="loss")])
 def test_without_path_tracing_the_fault_is_ambiguous_among_the_leafs_uplinks(lab: Lab, fault: Fault) -> None:
     if lab.tracing:
         lab.restart(tracing=False)
