@@ -229,6 +229,26 @@ def test_incident_upserts_keep_the_ack_and_grow_the_timeline(store: Storage) -> 
     assert len(store.incidents.query()) == 1
 
 
+def test_unresolved_incidents_come_back_as_the_engine_keeps_them(store: Storage) -> None:
+    # What a restarted engine adopts (DetectionLoop): open and acked ones, as open; not the resolved
+    # ones; not a kind this version does not know (a newer version wrote it, mid-rollout).
+    iid, _ = store.incidents.upsert(incident("congestion:leaf-01", IncidentState.OPEN, T0))
+    store.incidents.ack(iid, "alice", T0 + 5)
+    store.incidents.upsert(incident("congestion:leaf-02", IncidentState.OPEN, T0))
+    store.incidents.upsert(incident("congestion:leaf-02", IncidentState.RESOLVED, T0 + 10))
+    newer, _ = store.incidents.upsert(incident("congestion:leaf-03", IncidentState.OPEN, T0))
+    with store.engine.begin() as con:
+        con.execute(text("UPDATE incidents SET kind = 'microburst' WHERE id = :id"), {"id": newer})
+    (adopted,) = store.incidents.unresolved()
+    assert (adopted.key, adopted.kind, adopted.state, adopted.element) == (
+        "congestion:leaf-01",
+        IncidentKind.CONGESTION,
+        IncidentState.OPEN,
+        "leaf-01",
+    )
+    assert adopted.timeline == [(T0, "xmit wait"), (T0, "opened: xmit wait"), (T0 + 5, "acknowledged")]
+
+
 def test_a_narrowed_incident_keeps_its_row_and_its_ack(store: Storage) -> None:
     iid, _ = store.incidents.upsert(incident("congestion:leaf-01", IncidentState.OPEN, T0))
     store.incidents.ack(iid, "alice", T0 + 5, "on it")

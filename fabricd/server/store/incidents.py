@@ -98,9 +98,12 @@ class Incidents:
 
     def unresolved(self) -> list[Incident]:
         """The incidents not resolved, as the engine keeps them: what a restarted or new correlator
-        takes over (``DetectionLoop``)."""
+        takes over (``DetectionLoop``). A row of a kind or severity this version does not know (a
+        newer version wrote it, mid-rollout) is left to the version that knows it."""
         with self.sessions() as s:
-            return [_incident(row) for row in s.scalars(select(t.Incident).where(t.Incident.state != "resolved"))]
+            rows = s.scalars(select(t.Incident).where(t.Incident.state != "resolved"))
+            known = [r for r in rows if r.kind in _KINDS and r.severity in _SEVERITIES]
+            return [_incident(row) for row in known]
 
     def get(self, incident_id: int) -> IncidentRecord:
         with self.sessions() as s:
@@ -167,6 +170,10 @@ def _record(row: t.Incident) -> IncidentRecord:
         affected_jobs=[dict(j) for j in row.affected_jobs or []],
         ambiguous=bool(row.ambiguous),
     )
+
+
+_KINDS = frozenset(k.value for k in IncidentKind)
+_SEVERITIES = frozenset(s.value for s in Severity)
 
 
 def _incident(row: t.Incident) -> Incident:
