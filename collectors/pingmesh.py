@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import random
 import socket
 import statistics
 import time
@@ -198,7 +199,7 @@ class PingmeshCollector:
             o.trace_max_hops,
             o.trace_timeout_seconds,
         )
-        policy = TracePolicy(params, [t.name for t in targets], time.monotonic())
+        policy = TracePolicy(params, [t.name for t in targets], time.monotonic(), random.Random())
         passer = self.prober.datagram_received if self.prober is not None else _drop
         replies = None
         if self.responder is not None and self._tracing(_family(o.listen_address)):

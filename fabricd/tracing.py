@@ -21,7 +21,9 @@ When (``TracePolicy``, pure: times passed in):
 - *bad*: a pair whose probes were lost, or whose RTT p99 jumped, in a scrape interval (a fault on
   its path, or a re-route onto another link), at most once per ``pair_interval_seconds``;
 - *refresh*: every ``refresh_seconds`` (a re-route on a Clos keeps the path's length, so neither
-  the hop count nor the reply TTL would show it: only a new trace does).
+  the hop count nor the reply TTL would show it: only a new trace does), give or take
+  ``REFRESH_SPREAD`` of it at random per trace: agents started together (a rollout, the demo)
+  would otherwise all refresh in the same second, every time.
 
 A token bucket (``rate_per_second``, ``BURST``) bounds traces per agent, so a storm of bad pairs
 never floods the switches' control planes with TTL-expired packets (their ICMP generation is rate
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +49,7 @@ REPLY_KEY = "reply "  # a policy key for the path of our replies to one prober: 
 PROBER_STALE_SECONDS = 120.0  # a prober not heard from this long is no longer traced
 BURST = 5  # traces the bucket lets through at once (a new agent's first pairs)
 IDLE_SECONDS = 1.0  # how often the runner looks for due traces when none is due
+REFRESH_SPREAD = 0.1  # each refresh comes due after refresh_seconds +/- this share of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +79,11 @@ class TracedPath:
 class TracePolicy:
     """Which peer to trace next, and why (pure)."""
 
-    def __init__(self, params: TraceParams, peers: Sequence[str], now: float) -> None:
-        self.params = params
+    def __init__(self, params: TraceParams, peers: Sequence[str], now: float, rng: random.Random | None = None) -> None:
+        self.params, self.rng = params, rng  # no rng: every refresh after exactly refresh_seconds
         self.never = list(peers)  # traced at start, in peer order
         self.last: dict[str, float] = {}  # peer -> when its last trace started
+        self.refresh_at: dict[str, float] = {}  # peer -> when its next refresh is due
         self.bad: dict[str, float] = {}  # peer -> when it turned bad (not traced since)
         self.tokens, self.tokens_ts = float(BURST), now
 
@@ -94,6 +99,7 @@ class TracePolicy:
         with contextlib.suppress(ValueError):
             self.never.remove(key)
         self.last.pop(key, None)
+        self.refresh_at.pop(key, None)
         self.bad.pop(key, None)
 
     def next_due(self, now: float) -> tuple[str, str] | None:
@@ -106,6 +112,7 @@ class TracePolicy:
         if due is not None:
             self.tokens -= 1.0
             self.last[due[0]] = now
+            self.refresh_at[due[0]] = now + self._refresh_period()
             self.bad.pop(due[0], None)
             if due[1] == "start":
                 self.never.remove(due[0])
@@ -118,10 +125,15 @@ class TracePolicy:
         for peer in sorted(self.bad, key=self.bad.__getitem__):
             if now - self.last.get(peer, float("-inf")) >= gap:
                 return peer, "bad"
-        oldest = min(self.last, key=self.last.__getitem__, default=None)
-        if oldest is not None and now - self.last[oldest] >= self.params.refresh_seconds:
-            return oldest, "refresh"
+        first = min(self.refresh_at, key=self.refresh_at.__getitem__, default=None)
+        if first is not None and now >= self.refresh_at[first]:
+            return first, "refresh"
         return None
+
+    def _refresh_period(self) -> float:
+        if self.rng is None:
+            return self.params.refresh_seconds
+        return self.params.refresh_seconds * (1.0 + REFRESH_SPREAD * (2.0 * self.rng.random() - 1.0))
 
 
 def trace_payload(shape: Shape) -> Callable[[int], bytes]:

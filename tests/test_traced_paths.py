@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import time
 from collections.abc import Iterator
@@ -376,3 +377,20 @@ async def test_a_responder_traces_the_path_of_its_replies_to_each_prober_it_hear
         "reached": "true",
     }
     assert sent and sum(r.value for r in sent) == 0  # the responder answered every probe meanwhile
+
+
+def test_refreshes_of_pairs_traced_together_come_due_spread_over_a_fifth_of_the_period() -> None:
+    # Agents started together trace every pair at once; without a spread they would refresh them
+    # all in the same second, every 10 minutes, fleet-wide (the switches' ICMP is rate limited).
+    params = TraceParams(refresh_seconds=600.0, rate_per_second=1000.0)
+    peers = [f"p{i}" for i in range(BURST)]
+    policy = TracePolicy(params, peers, 0.0, random.Random(7))
+    assert [policy.next_due(0.0) for _ in peers] == [(p, "start") for p in peers]
+    fired: dict[str, float] = {}
+    for second in range(500, 701):
+        while (due := policy.next_due(float(second))) is not None:
+            assert due[1] == "refresh"
+            fired.setdefault(due[0], float(second))
+    assert set(fired) == set(peers)
+    assert min(fired.values()) >= 540.0 and max(fired.values()) <= 661.0
+    assert max(fired.values()) - min(fired.values()) >= 30.0  # 5 draws over 120 s: not all together
