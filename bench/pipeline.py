@@ -2,8 +2,8 @@
 
 The service's own functions on the bench's fleet: ``ingest.decode`` (gunzip, msgpack, the typed
 rows, the limits), ``GroupCommitWriter.ingest`` (one transaction per batch), and the detection
-loop's work (``Stream.read`` from the tail, then settlement and ``DetectionEngine`` through
-``EngineFeed``), each timed with ``time.thread_time`` (this thread's CPU: the other helpers' load
+loop's work (``Stream.read`` from the tail, keeping only the detectors' inputs, then settlement and
+``DetectionEngine`` through ``EngineFeed``), each timed with ``time.thread_time`` (this thread's CPU: the other helpers' load
 on the machine moves it far less than wall time). The samples carry real counter names (the IBA
 PortCounters and mlx5 hw_counters tables) so the detection rules do their real work. The sum is
 what one core pays per sample; 1e6 / sum is the samples/s one replica's core could do, HTTP and
@@ -73,6 +73,7 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     from fabricd.server import db
     from fabricd.server.detection import EngineFeed
     from fabricd.server.ingest import Body, decode
+    from fabricd.server.store.records import Keep
     from fabricd.server.store.storage import Storage
     from fabricd.settings import LimitSettings
 
@@ -82,6 +83,7 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     store.maintenance.prepare(time.time())
     feed = EngineFeed(DetectionEngine())
     feed.expect({b.node for b in batches}, time.time())
+    keep = Keep(feed.inputs())  # as the detection loop reads: only what the detectors use
     limits = LimitSettings()
     spent = dict.fromkeys(STAGES, 0.0)
     cursor = samples = pending = 0
@@ -101,9 +103,9 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
         if pending >= READ_POINTS or i == len(bodies) - 1:
             t = clock()
             while pending > 0:
-                deliveries, cursor = store.stream.read(cursor, READ_POINTS)
+                deliveries, cursor = store.stream.read(cursor, READ_POINTS, keep=keep)
                 feed.deliver(deliveries, time.time(), whole=True)
-                pending -= sum(len(d.samples) for d in deliveries)
+                pending -= sum(d.read for d in deliveries)
             spent["detect"] += clock() - t
     engine.dispose()
     return {stage: seconds / samples * 1e6 for stage, seconds in spent.items()}

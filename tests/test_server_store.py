@@ -12,13 +12,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, text
 
+from fabricd.detect.engine import DetectionEngine
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample, Severity
 from fabricd.server import db
 from fabricd.server.detection import DetectionLoop
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store import partitions
 from fabricd.server.store.maintenance import downsample
-from fabricd.server.store.records import Committed, Delivery, SeriesLimitExceeded
+from fabricd.server.store.records import Committed, Delivery, Keep, SeriesLimitExceeded
 from fabricd.server.store.storage import Storage
 from fabricd.server.tables import Base
 from tests.helpers import skip_or_fail
@@ -357,6 +358,27 @@ def test_detection_loop_resumes_from_its_stored_cursor(store: Storage) -> None:
     assert store.stream.cursor("detection") == store.stream.head()
 
 
+def test_detection_loop_reads_only_the_engines_inputs_yet_hears_every_node(store: Storage) -> None:
+    """The loop hands the engine only what it reads (``EngineFeed.inputs``); a node that sent
+    nothing of it still counts as heard, so settlement neither waits for it nor leaves it out, and
+    the loop counts every point it read (its cursor and "caught up" follow the points)."""
+    from prometheus_client import CollectorRegistry
+
+    from fabricd.server.detection import EngineFeed
+
+    vl15 = {"counter": "vl15_dropped", "name": "vl15_dropped", "unit": "packets"}  # no detector reads it
+    for k in range(4):
+        ts = T0 + 10.0 * k
+        store.writer.ingest(make_batch("n1", f"a{k}", [ib_sample(ts), ib_sample(ts, **vl15)]), T0, 100)
+        store.writer.ingest(make_batch("n2", f"b{k}", [ib_sample(ts, **vl15)]), T0, 100)
+    feed = EngineFeed(DetectionEngine())
+    loop = DetectionLoop(store.stream, store.incidents, feed, ServerMetrics(CollectorRegistry()), clock=lambda: T0 + 31)
+    assert loop.step() == 12 and loop.step() == 0  # every point counted, the skipped ones too
+    state = feed.settlement()
+    assert state.nodes == 2 and state.left_out == () and (state.settled_ts or 0) >= T0 + 30.0
+    assert store.stream.cursor("detection") == store.stream.head()  # all of it evaluated
+
+
 def test_tokens_are_stored_hashed_and_revocable(store: Storage) -> None:
     _tid, token = store.tokens.create("agent", T0, node="n1")
     with store.engine.connect() as conn:
@@ -410,6 +432,48 @@ def test_the_stream_tail_reads_exactly_what_the_database_holds(store: Storage) -
     assert [(d.node, len(d.samples)) for d in recent] == [("n4", 12)] and upto == newest and checkouts == []
     assert key(live.stream.read(newest - 13, 100)) == key(store.stream.read(newest - 13, 100)) and checkouts
     assert key(live.stream.read(0, 1000)) == key(store.stream.read(0, 1000))
+
+
+def test_a_reader_that_names_its_inputs_gets_only_those_from_memory_and_database_alike(store: Storage) -> None:
+    """The detection loop reads only the detectors' inputs (``records.Keep``): the samples of other
+    series are never built, yet each delivery still counts every point it covers and the event
+    times of its scrapes (settlement needs them: tests/test_settle.py), and the tail answers as
+    the database does."""
+    live = Storage.open(store.engine, stream_tail_points=100, partition_seconds=1800.0)
+    vl15 = {"counter": "vl15_dropped", "name": "vl15_dropped", "unit": "packets"}  # no detector reads it
+    for b in [
+        make_batch("n1", "a", [ib_sample(T0 + 1), ib_sample(T0 + 1, **vl15), ib_sample(T0 + 1, device="mlx5_1")]),
+        make_batch("n2", "b", [ib_sample(T0 + 1, **vl15), ib_sample(T0 + 2, device="mlx5_1", **vl15)]),
+        make_batch("n1", "c", [ib_sample(T0 + 11, **vl15), ib_sample(T0 + 11)]),
+    ]:
+        live.writer.ingest(b, T0, 100)
+    keep = Keep(DetectionEngine().inputs())
+
+    def key(got: tuple[list[Delivery], int]) -> tuple[list[tuple[object, ...]], int]:
+        deliveries, cursor = got
+        return [
+            (d.node, [(s.ts, s.reading.device, s.reading.counter) for s in d.samples], d.read, list(d.stamps or ()))
+            for d in deliveries
+        ], cursor
+
+    head = store.stream.head()
+    assert key(live.stream.read(0, 100, keep=keep)) == (
+        [
+            ("n1", [(T0 + 1, "mlx5_0", "port_xmit_data"), (T0 + 1, "mlx5_1", "port_xmit_data")], 3, [T0 + 1]),
+            ("n2", [], 2, [T0 + 1, T0 + 2]),
+            ("n1", [(T0 + 11, "mlx5_0", "port_xmit_data")], 2, [T0 + 11]),
+        ],
+        head,
+    )
+    for cursor in range(0, head + 1):
+        for limit in (1, 2, 3, 100):
+            got = live.stream.read(cursor, limit, keep=keep)
+            assert key(got) == key(store.stream.read(cursor, limit, keep=keep)), (cursor, limit)
+            assert sum(d.read for d in got[0]) == got[1] - cursor  # every point read is counted
+    # Without a keep (or keeping everything) every sample is built, as before.
+    whole = [(d.node, len(d.samples), d.read) for d in live.stream.read(0, 100)[0]]
+    assert whole == [("n1", 3, 3), ("n2", 2, 2), ("n1", 2, 2)]
+    assert key(live.stream.read(0, 100, keep=Keep(None))) == key(live.stream.read(0, 100))
 
 
 def test_the_writer_hands_each_commit_to_its_listeners_in_commit_order(

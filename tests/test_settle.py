@@ -164,3 +164,32 @@ def test_the_state_of_a_node_expected_but_not_heard_from_is_finite() -> None:
     state = settler.state()
     assert state.settled_ts is None and state.nodes == 2 and state.left_out == ()
     assert state.max_node_lateness_seconds == 1.0  # a's watermark is its scrape (period not learned)
+
+
+def test_a_scrape_whose_samples_the_reader_left_out_still_moves_the_node_on() -> None:
+    """The detection loop reads only what the detectors use (``records.Keep``): a node whose scrape
+    held nothing of it arrives as its event times alone, and settlement must neither wait for it
+    nor leave it out (a node sending only ethtool statistics the rules do not read, say)."""
+
+    def run(stamps: bool) -> tuple[list[Moment], Settler]:
+        settler = Settler()
+        settler.expect(["a", "b"], now=0.0)
+        moments: list[Moment] = []
+        for k in range(6):
+            ts = 10.0 * k
+            settler.offer("a", _scrape("a", ts), now=ts + 0.5)
+            if stamps:
+                settler.offer("b", [], now=ts + 0.5, stamps=[ts])
+            moments += settler.tick(ts + 0.5)
+        return moments, settler
+
+    moments, settler = run(stamps=True)
+    # each scrape of a released as soon as it arrived (b's times said b was done too), and no one
+    # left out at any moment
+    released = [sorted({s.ts for _, s in m.samples}) for m in moments if m.samples]
+    assert released == [[0.0], [10.0], [20.0], [30.0], [40.0], [50.0]]
+    assert all(m.left_out == () for m in moments) and settler.state().left_out == ()
+    assert settler.marks["b"].period == pytest.approx(10.0)  # learned from the event times alone
+    # Without its event times, b looks silent and is left out.
+    moments, settler = run(stamps=False)
+    assert all(m.left_out == ("b",) for m in moments) and settler.state().left_out == ("b",)

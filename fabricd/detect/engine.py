@@ -32,6 +32,7 @@ from fabricd.model import Incident, IncidentKind, Kind, Labels, Sample
 # spine down in a 2-spine fabric takes half of the inter-leaf pairs, fewer than half of all pairs.
 PROBE_STORM_SHARE = 0.6
 RUNS_KEPT = 8  # NCCL runs remembered per node (their hosts)
+RUN_HOST = "run_host_info"  # an NCCL run's hosts (``_run_host``), read whatever its source
 DEFAULT_INTERVAL_SECONDS = 10.0  # the agent's default scrape interval, until one is learned
 # Detectors in precedence order: a root cause found first claims the symptoms it explains.
 DETECTORS = (hol.propose, loss.propose, congestion.propose, latency.propose)
@@ -90,6 +91,11 @@ class DetectionEngine:
         self.localizer = Localizer(topology, path_oracle, reply_oracle)
         self._hca_of.clear()
 
+    def inputs(self) -> dict[str, frozenset[str]]:
+        """What ``_absorb`` reads: source -> neutral names (every other sample is skipped there, so a
+        reader may leave it out before building it: ``fabricd.server.store.records.Keep``)."""
+        return {src: names | {RUN_HOST} for src, names in WANTED.items()}
+
     # --- the one entry point ---------------------------------------------------------------------
 
     def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
@@ -110,7 +116,14 @@ class DetectionEngine:
         return list(changed.values())
 
     def _absorb(self, samples: Sequence[tuple[str, Sample]], changed: dict[str, Incident], rounds: bool) -> None:
-        records, tol = self._records, self.tol
+        tol, counter = self.tol, Kind.COUNTER
+        # The record and scope of the previous sample: a scrape's samples come grouped by node,
+        # device and port, so most samples skip the lookups (2.3x fewer µs a sample, docs/storage.md).
+        # Compared by identity: equal names that are distinct objects only cost a lookup.
+        rec: Record | None = None
+        l_node = l_src = l_dev = l_port = None
+        l_ts, l_labels = 0.0, None
+        scope: dict[str, float] = {}
         for node, s in samples:
             r = s.reading
             src = r.source
@@ -119,34 +132,43 @@ class DetectionEngine:
                 continue
             metric = r.name or r.counter  # the neutral name, whatever the source or driver
             if metric not in wanted or r.kind is Kind.INFO or r.kind is Kind.EVENT:
-                if metric == "run_host_info":
+                if metric == RUN_HOST:
                     self._run_host(node, s.ts, r.labels)
                 continue
             ts = s.ts
             if rounds and ts > self._round_ts + tol:
                 if self._dirty:
                     self._evaluate(self._round_ts, changed)
+                    rec = None  # evaluation flushed the records
                 self._round_ts = ts
-            key = (node, src, r.device)
-            rec = records.get(key)
-            if rec is None:
-                rec = records[key] = Record(node, src, r.device, ts)
-                self._learn_device(node, src, r.device)
-            elif ts > rec.ts + tol and src == IB:
-                self._learn_interval(ts - rec.ts)
-            if rec.dirty and ts > rec.ts + tol:
-                self.extractor.flush(rec)  # a second scrape of it in one moment (a spool replayed)
-            if not rec.dirty:
-                rec.ts, rec.dirty = ts, True
-                self._dirty.append(rec)
-            scope = rec.scopes.get(where := (r.port, r.labels))
-            if scope is None:
-                scope = rec.scopes[where] = {}
-            value = s.rate if r.kind is Kind.COUNTER else r.value
+            if rec is None or node is not l_node or src is not l_src or r.device is not l_dev or ts != l_ts:
+                l_node, l_src, l_dev, l_ts, l_port = node, src, r.device, ts, None
+                rec = self._record(node, src, r.device, ts)
+            if r.port is not l_port or r.labels is not l_labels:
+                l_port, l_labels = r.port, r.labels
+                scope = rec.scopes.get(where := (r.port, r.labels)) or rec.scopes.setdefault(where, {})
+            value = s.rate if r.kind is counter else r.value
             if value is None:
                 scope.pop(metric, None)  # no honest rate this scrape: no input (a repeat's last wins)
             else:
                 scope[metric] = value
+
+    def _record(self, node: str, src: str, device: str, ts: float) -> Record:
+        """The record of (node, source, device) for a scrape at ``ts``, marked dirty."""
+        tol = self.tol
+        key = (node, src, device)
+        rec = self._records.get(key)
+        if rec is None:
+            rec = self._records[key] = Record(node, src, device, ts)
+            self._learn_device(node, src, device)
+        elif ts > rec.ts + tol and src == IB:
+            self._learn_interval(ts - rec.ts)
+        if rec.dirty and ts > rec.ts + tol:
+            self.extractor.flush(rec)  # a second scrape of it in one moment (a spool replayed)
+        if not rec.dirty:
+            rec.ts, rec.dirty = ts, True
+            self._dirty.append(rec)
+        return rec
 
     def _run_host(self, node: str, ts: float, labels: Labels) -> None:
         """Who ran the node's NCCL-tests run at ``ts`` (straggler or victim: ``latency._stragglers``)."""

@@ -23,8 +23,8 @@ class Detection:
     def expect(self, nodes: Iterable[str], now: float) -> None:
         self.settler.expect(nodes, now)
 
-    def offer(self, node: str, samples: Sequence[Sample], now: float) -> None:
-        self.settler.offer(node, samples, now)
+    def offer(self, node: str, samples: Sequence[Sample], now: float, stamps: Sequence[float] | None = None) -> None:
+        self.settler.offer(node, samples, now, stamps)
 
     def tick(self, now: float, whole: bool = True) -> list[Incident]:
         """Evaluate every moment settled at processing time ``now``."""

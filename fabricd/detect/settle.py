@@ -110,9 +110,13 @@ class Settler:
                 self._changed = True
                 self._dirty.add(node)
 
-    def offer(self, node: str, samples: Sequence[Sample], now: float) -> None:
-        """A delivery of ``node`` arrived at processing time ``now``."""
-        if not samples:
+    def offer(self, node: str, samples: Sequence[Sample], now: float, stamps: Sequence[float] | None = None) -> None:
+        """A delivery of ``node`` arrived at processing time ``now``. ``stamps`` are the event times
+        of the scrapes it covers, in order, when they are more than the samples' own (a reader that
+        left out the samples it does not use: ``fabricd.server.store.records.Delivery``)."""
+        if stamps is None:
+            stamps = _stamps(samples)
+        if not stamps:
             return
         mark = self.marks.get(node)
         if mark is None:
@@ -120,6 +124,16 @@ class Settler:
         mark.heard = max(mark.heard, now)
         self._changed = True
         self._dirty.add(node)
+        for ts in stamps:
+            if ts > mark.last_ts:
+                if mark.last_ts > float("-inf"):
+                    _learn_period(mark, ts - mark.last_ts)
+                mark.before_last = max(mark.last_ts, mark.done_ts)
+                mark.last_ts = ts
+        if samples:
+            self._hold_scrapes(node, samples)
+
+    def _hold_scrapes(self, node: str, samples: Sequence[Sample]) -> None:
         settled = self.settled_ts
         chunk: list[Sample] = []
         chunk_ts = samples[0].ts
@@ -131,11 +145,6 @@ class Settler:
             chunk.append(s)
             if ts <= settled:
                 self._late_pending += 1
-            if ts > mark.last_ts:
-                if mark.last_ts > float("-inf"):
-                    _learn_period(mark, ts - mark.last_ts)
-                mark.before_last = max(mark.last_ts, mark.done_ts)
-                mark.last_ts = ts
         self._hold(chunk_ts, node, chunk)
 
     def _hold(self, ts: float, node: str, samples: list[Sample]) -> None:
@@ -250,3 +259,12 @@ def _learn_period(mark: NodeMark, gap: float) -> None:
         mark.period = gap
     elif gap < 1.5 * mark.period:
         mark.period = 0.8 * mark.period + 0.2 * gap
+
+
+def _stamps(samples: Sequence[Sample]) -> list[float]:
+    """The samples' event times, each run of equal ones once, in order."""
+    out: list[float] = []
+    for s in samples:
+        if not out or s.ts != out[-1]:
+            out.append(s.ts)
+    return out

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 from fabricd.model import Incident, IncidentState
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store.protocols import IncidentSink, SampleSource, TopologyReader
-from fabricd.server.store.records import Delivery, NotFound
+from fabricd.server.store.records import Delivery, Inputs, Keep, NotFound
 from fabricd.settings import ServerSettings
 
 log = logging.getLogger("fabricd.server.detection")
@@ -46,11 +46,16 @@ class Detector(Protocol):
 
     def settlement(self) -> SettlementState: ...
 
+    # Optional: ``inputs() -> Inputs | None``, what the detector reads (None: every sample). The loop
+    # then reads only those samples from the stream (``records.Keep``).
+
 
 class CursorSource(Protocol):
     """A sample source whose cursor is not one point id (``PartitionedStream``: one per partition)."""
 
-    def read(self, cursor: Any, limit: int = 20_000, upto: Any = None) -> tuple[list[Delivery], Any]: ...
+    def read(
+        self, cursor: Any, limit: int = 20_000, upto: Any = None, keep: Keep | None = None
+    ) -> tuple[list[Delivery], Any]: ...
 
     def rewind(self, cursor: Any, since_ts: float) -> Any:
         """The cursor before the first point stored since ``since_ts`` (at most ``cursor``)."""
@@ -95,6 +100,8 @@ class DetectionLoop:
         self._held: deque[tuple[Any, float]] = deque()  # (cursor after a chunk, newest event time in it)
         self._late_seen = 0
         self._written: dict[str, float] = {}  # incident key -> updated_ts last stored
+        inputs: Callable[[], Inputs | None] | None = getattr(detector, "inputs", None)
+        self._keep = Keep(wanted) if inputs is not None and (wanted := inputs()) is not None else None
         detector.expect(nodes, clock())
         # What a previous engine stored open is this one's to confirm, narrow or resolve (a restart,
         # a new correlator): adopted before the warm-up, whose proposals then see them open as the
@@ -110,23 +117,25 @@ class DetectionLoop:
         (0 = caught up). Called also when nothing is new: settlement moves on with time."""
         if self._warm is not None:
             return self._warm_step()
-        deliveries, cursor = self.stream.read(self.cursor, self.chunk)
-        count = sum(len(d.samples) for d in deliveries)
+        deliveries, cursor = self.stream.read(self.cursor, self.chunk, keep=self._keep)
+        count = sum(d.read for d in deliveries)
         now = self.clock()
         whole = count < self.chunk  # a full chunk may have cut a delivery: its last scrape may be partial
         for inc in self.detector.deliver(deliveries, now, whole):
             self._store(inc)
         self._refresh()
         if count:
-            self._held.append((cursor, max(s.ts for d in deliveries for s in d.samples)))
+            self._held.append((cursor, max(d.newest for d in deliveries)))
             self.cursor = cursor
         self._save(now)
         return count
 
     def _warm_step(self) -> int:
         """One chunk of the warm-up: fed to the detector, its incidents dropped (already stored)."""
-        deliveries, cursor = cast(CursorSource, self.stream).read(self.cursor, self.chunk, upto=self._warm)
-        count = sum(len(d.samples) for d in deliveries)
+        deliveries, cursor = cast(CursorSource, self.stream).read(
+            self.cursor, self.chunk, upto=self._warm, keep=self._keep
+        )
+        count = sum(d.read for d in deliveries)
         self.detector.deliver(deliveries, self.clock(), count < self.chunk)
         self.cursor = cursor
         if not count:  # every partition is back at its saved cursor: from here on, as always
@@ -203,8 +212,11 @@ class EngineFeed:
 
     def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
         for d in deliveries:
-            self.detection.offer(d.node, d.samples, now)
+            self.detection.offer(d.node, d.samples, now, d.stamps)
         return self.detection.tick(now, whole)
+
+    def inputs(self) -> Inputs:
+        return self.engine.inputs()
 
     def settled(self) -> float | None:
         return self.detection.settlement().settled_ts

@@ -17,7 +17,7 @@ from fabricd.jobmap import Footprint, JobPlacement, affected_jobs, footprint
 from fabricd.model import Incident
 from fabricd.server.detection import Detector
 from fabricd.server.store.protocols import JobReader, TopologyReader
-from fabricd.server.store.records import Delivery, NotFound
+from fabricd.server.store.records import Delivery, Inputs, NotFound
 from fabricd.topology import Topology, from_doc
 
 log = logging.getLogger("fabricd.server.jobs")
@@ -48,6 +48,10 @@ class JobAttribution:
     def incidents(self) -> list[Incident]:
         current = getattr(self.inner, "incidents", None)
         return list(current()) if current is not None else []
+
+    def inputs(self) -> Inputs | None:
+        inner = getattr(self.inner, "inputs", None)
+        return inner() if inner is not None else None
 
     def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
         incidents = self.inner.deliver(deliveries, now, whole)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from fabricd.bus import BusNames
 from fabricd.server.store.identities import Identities
-from fabricd.server.store.records import Delivery
+from fabricd.server.store.records import Delivery, Keep
 from fabricd.server.store.sql import Database
 from fabricd.server.store.stream import deliveries
 
@@ -55,14 +55,18 @@ class PartitionedStream:
         self.db, self.identities, self.names = db, identities, names
 
     def read(
-        self, cursor: PartitionCursor, limit: int = 20_000, upto: PartitionCursor | None = None
+        self,
+        cursor: PartitionCursor,
+        limit: int = 20_000,
+        upto: PartitionCursor | None = None,
+        keep: Keep | None = None,
     ) -> tuple[list[Delivery], PartitionCursor]:
         """Each partition's points after its cursor (and up to ``upto``'s, when given), at most
         ``limit`` each: a partition that returns a full chunk makes the whole read not "whole"."""
         ends = upto.ids if upto is not None else (_NO_END,) * self.names.partitions
 
         def part(p: int, nodes: dict[int, list[str]]) -> tuple[list[Delivery], int]:
-            return self._partition(nodes.get(p, []), cursor.ids[p], ends[p], limit)
+            return self._partition(nodes.get(p, []), cursor.ids[p], ends[p], limit, keep)
 
         before = self._nodes()
         found = {p: part(p, before) for p in range(self.names.partitions)}
@@ -85,7 +89,9 @@ class PartitionedStream:
                     ids[p] = min(ids[p], int(first) - 1)
         return PartitionCursor(tuple(ids))
 
-    def _partition(self, nodes: list[str], after: int, end: int, limit: int) -> tuple[list[Delivery], int]:
+    def _partition(
+        self, nodes: list[str], after: int, end: int, limit: int, keep: Keep | None
+    ) -> tuple[list[Delivery], int]:
         if not nodes or after >= end:
             return [], after
         with self.db.cursor() as cur:
@@ -93,7 +99,7 @@ class PartitionedStream:
             rows = cur.fetchall()
             idents = self.identities.load(cur, {row[1] for row in rows})
         upto = rows[-1][0] if rows else after
-        return deliveries([row[1:] for row in rows], idents), upto
+        return deliveries([row[1:] for row in rows], idents, keep), upto
 
     def _nodes(self) -> dict[int, list[str]]:
         with self.db.cursor() as cur:

@@ -14,9 +14,10 @@ from fabricd.detect.ranks import RankStragglers, RankTime, SlowRank
 from fabricd.detect.settle import SettlementState
 from fabricd.model import Evidence, Incident, IncidentKind, IncidentState, Sample, Severity, labels_of
 from fabricd.server.detection import Detector
-from fabricd.server.store.records import Delivery
+from fabricd.server.store.records import Delivery, Inputs
 
 SOURCE = "inspector"
+EXEC_TIME = "exec_time_seconds"  # a rank's time in one collective (collectors/inspector.py)
 SIGNAL = "rank_exec_time_ratio"
 
 
@@ -42,6 +43,14 @@ class RankStragglerDetector:
         current = getattr(self.inner, "incidents", None)
         return [*(current() if current is not None else []), *self.open.values()]
 
+    def inputs(self) -> Inputs | None:
+        """The inner detector's inputs and the Inspector's execution times (None: everything)."""
+        inner = getattr(self.inner, "inputs", None)
+        wanted: Inputs | None = inner() if inner is not None else None
+        if wanted is None:
+            return None
+        return {**wanted, SOURCE: {*wanted.get(SOURCE, ()), EXEC_TIME}}
+
     def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
         """The inner detector settles its share; Inspector dumps are judged as they arrive (each
         dump holds every rank of a communicator at once: there is nothing to wait for)."""
@@ -53,7 +62,7 @@ class RankStragglerDetector:
         now = None
         for node, s in samples:
             r = s.reading
-            if r.source == SOURCE and r.counter == "exec_time_seconds":
+            if r.source == SOURCE and r.counter == EXEC_TIME:
                 labels = dict(r.labels)
                 t = RankTime(
                     labels.get("job_id", ""),

@@ -30,7 +30,7 @@ class Identities:
         """A mapping that holds every id of ``ids`` that exists; opens a connection only when one
         is not cached yet (rarely: new series)."""
         cache = self._cache
-        if all(sid in cache for sid in ids):
+        if ids <= cache.keys():
             return cache
         with self.db.cursor() as cur:
             return self.load(cur, ids)

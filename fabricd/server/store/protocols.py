@@ -32,6 +32,7 @@ from fabricd.server.store.records import (
     IncidentCount,
     IncidentRecord,
     IngestResult,
+    Keep,
     NodeRecord,
     PathRecord,
     PointRecord,
@@ -56,8 +57,9 @@ class BatchSink(Protocol):
 class SampleSource(Protocol):
     """The stored raw samples in ingest order, read with a cursor (a point id) that can be saved."""
 
-    def read(self, cursor: int, limit: int = 20_000) -> tuple[list[Delivery], int]:
-        """At most ``limit`` samples stored after ``cursor``, and the cursor to pass next time."""
+    def read(self, cursor: int, limit: int = 20_000, keep: Keep | None = None) -> tuple[list[Delivery], int]:
+        """At most ``limit`` points stored after ``cursor`` (the samples of those ``keep`` keeps),
+        and the cursor to pass next time."""
         ...
 
     def head(self) -> int:

@@ -7,7 +7,7 @@ the detection loop, the exporter and the CLI never holds a session or lazy attri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -18,6 +18,10 @@ from fabricd.model import Reading, Sample, Status
 PointRow = tuple[int, float, float, float | None, str, float | None]
 # Status by its stored text: a dict hit instead of ``Status(text)``'s EnumType.__call__.
 STATUSES: dict[str, Status] = {st.value: st for st in Status}
+# What a reader of the stream consumes: source -> the neutral names (``Reading.name``, else the raw
+# counter) it reads. The detection loop's detector says (``Detector.inputs``); None: everything.
+Inputs = Mapping[str, Collection[str]]
+KEEP_MAX = 1_000_000  # series whose choice a ``Keep`` remembers (as many as identities.IDENTITY_CACHE_MAX)
 
 
 class SeriesLimitExceeded(Exception):
@@ -57,11 +61,53 @@ class Committed:
     last_point_id: int
 
 
+class Keep:
+    """Which series a reader wants, by series id, learned once per series from its identity: the
+    reader's ``Inputs`` (source -> the neutral names it reads). The detection loop reads about a
+    third of what a node sends (docs/storage.md): the rest is left out before a ``Reading`` or a
+    ``Sample`` is built for it, which is most of the cost of a point read."""
+
+    def __init__(self, inputs: Inputs | None) -> None:
+        self.inputs = inputs  # None: every series
+        # series id -> (node, identity, kept): one lookup a point instead of two
+        self.known: dict[int, tuple[str, Reading, bool]] = {}
+
+    def learn(self, sid: int, idents: Mapping[int, tuple[str, Reading]]) -> tuple[str, Reading, bool] | None:
+        """The series' entry, or None if it does not exist."""
+        ident = idents.get(sid)
+        if ident is None:
+            return None
+        if len(self.known) >= KEEP_MAX:
+            self.known.clear()
+        node, b = ident
+        names = self.inputs.get(b.source) if self.inputs is not None else None
+        kept = self.inputs is None or (names is not None and ((b.name or b.counter) in names or b.counter in names))
+        entry = self.known[sid] = (node, b, kept)
+        return entry
+
+
 class Delivery(NamedTuple):
-    """Stored samples of one node, consecutive in ingest order (the unit the stream hands out)."""
+    """Stored samples of one node, consecutive in ingest order (the unit the stream hands out).
+
+    A reader that names its inputs (``Stream.read``'s ``keep``) gets only those samples; ``rows``
+    then counts every point the delivery covers, and ``stamps`` holds the event times of its scrapes
+    (each once, in order), so settlement still sees a scrape whose samples were all left out."""
 
     node: str
     samples: list[Sample]
+    rows: int = -1  # points read, left-out ones included; -1: len(samples)
+    stamps: Sequence[float] | None = None  # None: the samples' own times
+
+    @property
+    def read(self) -> int:
+        return self.rows if self.rows >= 0 else len(self.samples)
+
+    @property
+    def newest(self) -> float:
+        """The newest event time the delivery covers (-inf when empty)."""
+        if self.stamps is not None:
+            return max(self.stamps, default=float("-inf"))
+        return max((s.ts for s in self.samples), default=float("-inf"))
 
 
 @dataclass(frozen=True, slots=True)

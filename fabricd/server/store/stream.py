@@ -17,11 +17,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.records import STATUSES, Committed, Delivery, PointRow
+from fabricd.server.store.records import STATUSES, Committed, Delivery, Keep, PointRow
 from fabricd.server.store.sql import Database
 
 # Points the tail keeps: ~100 bytes each, so ~10 MB; a detection loop reading 20,000 points a step
@@ -39,22 +40,23 @@ class Stream:
         if self._tail is not None:
             self._tail.append(batches)
 
-    def read(self, cursor: int, limit: int = 20_000) -> tuple[list[Delivery], int]:
-        """Raw samples stored after ``cursor`` in ingest order (at most ``limit``), and the cursor
-        to pass next time. Points are plain tuples joined in memory with the series identities."""
+    def read(self, cursor: int, limit: int = 20_000, keep: Keep | None = None) -> tuple[list[Delivery], int]:
+        """Raw samples stored after ``cursor`` in ingest order (at most ``limit`` points), and the
+        cursor to pass next time; with ``keep``, only the samples of the series it keeps. Points
+        are plain tuples joined in memory with the series identities."""
         served = self._tail.since(cursor, limit) if self._tail is not None else None
         if served is None:
-            return self._read_database(cursor, limit)
+            return self._read_database(cursor, limit, keep)
         rows, upto = served
-        return deliveries(rows, self.identities.of({row[0] for row in rows})), upto
+        return deliveries(rows, self.identities.of(set(map(itemgetter(0), rows))), keep), upto
 
-    def _read_database(self, cursor: int, limit: int) -> tuple[list[Delivery], int]:
+    def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
         with self.db.cursor() as cur:
             cur.execute(self.db.sql.read_points, (cursor, limit))
             found = cur.fetchall()
             idents = self.identities.load(cur, {row[1] for row in found})
         upto = found[-1][0] if found else cursor
-        return deliveries([row[1:] for row in found], idents), upto
+        return deliveries([row[1:] for row in found], idents, keep), upto
 
     def head(self) -> int:
         return self.db.max_point_id()
@@ -70,23 +72,34 @@ class Stream:
             cur.execute(self.db.sql.upsert_cursor, (name, position))
 
 
-def deliveries(rows: Sequence[Any], idents: dict[int, Identity]) -> list[Delivery]:
+def deliveries(rows: Sequence[Any], idents: dict[int, Identity], keep: Keep | None = None) -> list[Delivery]:
     """The ``(series id, ts, value, rate, status, since)`` rows as samples, one ``Delivery`` per run
-    of consecutive rows of one node."""
+    of consecutive rows of one node; with ``keep``, only the samples of the series it keeps."""
+    keep = keep if keep is not None else Keep(None)
     out: list[Delivery] = []
     samples: list[Sample] = []
-    node = None
-    statuses = STATUSES
-    for sid, ts, value, rate, status, since in rows:
-        ident = idents.get(sid)
-        if ident is None:  # a point of a series that does not exist (no foreign key): as an inner join
-            continue
-        owner, b = ident
+    stamps: list[float] = []
+    node, last, start = None, 0.0, 0
+    statuses, known, learn = STATUSES, keep.known, keep.learn
+    for i, (sid, ts, value, rate, status, since) in enumerate(rows):
+        seen = known.get(sid)
+        if seen is None:
+            seen = learn(sid, idents)
+            if seen is None:  # a point of a series that does not exist (no foreign key): an inner join
+                continue
+        owner, b, wanted = seen
         if owner != node:
-            node, samples = owner, []
-            out.append(Delivery(owner, samples))
-        r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
-        samples.append(Sample(ts, r, rate, statuses.get(status) or Status(status), since))
+            if node is not None:
+                out.append(Delivery(node, samples, i - start, stamps))
+            node, samples, stamps, last, start = owner, [], [ts], ts, i
+        elif ts != last:
+            stamps.append(ts)
+            last = ts
+        if wanted:
+            r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
+            samples.append(Sample(ts, r, rate, statuses.get(status) or Status(status), since))
+    if node is not None:
+        out.append(Delivery(node, samples, len(rows) - start, stamps))
     return out
 
 
