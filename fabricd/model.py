@@ -10,7 +10,7 @@ Units are base units, converted once at the source (bytes, seconds, packets, ...
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,18 @@ class Reading:
         if self.labels:
             out["labels"] = dict(self.labels)
         return out
+
+
+# What a consumer of samples reads: source -> the names it reads (``Reading.name``, else the raw
+# counter). The detection engine says what it reads (``DetectionEngine.inputs``), so the central
+# builds only those samples from the stream, and the replay hands on only those.
+Inputs = Mapping[str, Collection[str]]
+
+
+def reads(inputs: Inputs, r: Reading) -> bool:
+    """Whether a consumer of ``inputs`` reads ``r`` (by its neutral name or its raw counter)."""
+    names = inputs.get(r.source)
+    return names is not None and ((r.name or r.counter) in names or r.counter in names)
 
 
 @dataclass(slots=True)

@@ -193,3 +193,22 @@ def test_a_scrape_whose_samples_the_reader_left_out_still_moves_the_node_on() ->
     # Without its event times, b looks silent and is left out.
     moments, settler = run(stamps=False)
     assert all(m.left_out == ("b",) for m in moments) and settler.state().left_out == ("b",)
+
+
+def test_the_replay_hands_on_only_what_the_engine_reads_with_every_scrape_time() -> None:
+    """``fabricd eval`` offers what the simulated agents sent through ``Detection.offer_scrape``:
+    the same choice as the central's stream read (``records.Keep``), so both run one path."""
+    from fabricd.detect.engine import DetectionEngine
+    from fabricd.detect.feed import Detection
+
+    def sample(ts: float, counter: str, name: str) -> Sample:
+        return Sample(ts, Reading("infiniband", "mlx5_0", "1", counter, 1.0, "bytes", Kind.COUNTER, (), name), 5.0)
+
+    detection = Detection(DetectionEngine())
+    detection.offer_scrape(
+        "a", [sample(10.0, "port_xmit_data", "port_transmit_data"), sample(10.0, "vl15_dropped", "")], 10.5
+    )
+    detection.offer_scrape("b", [sample(10.0, "vl15_dropped", ""), sample(11.0, "vl15_dropped", "")], 11.5)
+    held = sorted((node, s.reading.counter) for _ts, _seq, node, samples in detection.settler._pending for s in samples)
+    assert held == [("a", "port_xmit_data")]
+    assert detection.settler.marks["a"].last_ts == 10.0 and detection.settler.marks["b"].last_ts == 11.0

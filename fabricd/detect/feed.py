@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fabricd.detect.engine import DetectionEngine
-from fabricd.detect.settle import Moment, SettlementState, Settler
-from fabricd.model import Incident, Sample
+from fabricd.detect.settle import Moment, SettlementState, Settler, stamps_of
+from fabricd.model import Incident, Sample, reads
 
 
 @dataclass
@@ -19,12 +19,21 @@ class Detection:
     engine: DetectionEngine
     settler: Settler = field(default_factory=Settler)
     moments: int = 0
+    _inputs: dict[str, frozenset[str]] | None = None
 
     def expect(self, nodes: Iterable[str], now: float) -> None:
         self.settler.expect(nodes, now)
 
     def offer(self, node: str, samples: Sequence[Sample], now: float, stamps: Sequence[float] | None = None) -> None:
         self.settler.offer(node, samples, now, stamps)
+
+    def offer_scrape(self, node: str, samples: Sequence[Sample], now: float) -> None:
+        """A node's samples as an agent sent them: only the engine's inputs go on, as the central's
+        detection loop reads them (``fabricd.server.store.records.Keep``), with the scrapes' times."""
+        if self._inputs is None:
+            self._inputs = self.engine.inputs()
+        inputs = self._inputs
+        self.settler.offer(node, [s for s in samples if reads(inputs, s.reading)], now, stamps_of(samples))
 
     def tick(self, now: float, whole: bool = True) -> list[Incident]:
         """Evaluate every moment settled at processing time ``now``."""

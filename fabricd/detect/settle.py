@@ -115,7 +115,7 @@ class Settler:
         of the scrapes it covers, in order, when they are more than the samples' own (a reader that
         left out the samples it does not use: ``fabricd.server.store.records.Delivery``)."""
         if stamps is None:
-            stamps = _stamps(samples)
+            stamps = stamps_of(samples)
         if not stamps:
             return
         mark = self.marks.get(node)
@@ -261,7 +261,7 @@ def _learn_period(mark: NodeMark, gap: float) -> None:
         mark.period = 0.8 * mark.period + 0.2 * gap
 
 
-def _stamps(samples: Sequence[Sample]) -> list[float]:
+def stamps_of(samples: Sequence[Sample]) -> list[float]:
     """The samples' event times, each run of equal ones once, in order."""
     out: list[float] = []
     for s in samples:

@@ -26,10 +26,10 @@ from fabricd.detect.settle import SettlementState
 if TYPE_CHECKING:
     from fabricd.detect.engine import DetectionEngine
     from fabricd.detect.settle import SettleParams
-from fabricd.model import Incident, IncidentState
+from fabricd.model import Incident, IncidentState, Inputs
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store.protocols import IncidentSink, SampleSource, TopologyReader
-from fabricd.server.store.records import Delivery, Inputs, Keep, NotFound
+from fabricd.server.store.records import Delivery, Keep, NotFound
 from fabricd.settings import ServerSettings
 
 log = logging.getLogger("fabricd.server.detection")

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Sequence
 from fabricd import logs
 from fabricd.detect.settle import SettlementState
 from fabricd.jobmap import Footprint, JobPlacement, affected_jobs, footprint
-from fabricd.model import Incident
+from fabricd.model import Incident, Inputs
 from fabricd.server.detection import Detector
 from fabricd.server.store.protocols import JobReader, TopologyReader
-from fabricd.server.store.records import Delivery, Inputs, NotFound
+from fabricd.server.store.records import Delivery, NotFound
 from fabricd.topology import Topology, from_doc
 
 log = logging.getLogger("fabricd.server.jobs")

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 
 from fabricd.detect.ranks import RankStragglers, RankTime, SlowRank
 from fabricd.detect.settle import SettlementState
-from fabricd.model import Evidence, Incident, IncidentKind, IncidentState, Sample, Severity, labels_of
+from fabricd.model import Evidence, Incident, IncidentKind, IncidentState, Inputs, Sample, Severity, labels_of
 from fabricd.server.detection import Detector
-from fabricd.server.store.records import Delivery, Inputs
+from fabricd.server.store.records import Delivery
 
 SOURCE = "inspector"
 EXEC_TIME = "exec_time_seconds"  # a rank's time in one collective (collectors/inspector.py)

@@ -228,7 +228,9 @@ class _Run:
                     heapq.heappush(queue, (at, ARRIVE, seq, name, got))
                     seq += 1
             else:
-                self.detection.offer(name, samples, now)
+                started = time.perf_counter()
+                self.detection.offer_scrape(name, samples, now)
+                self.detect_seconds += time.perf_counter() - started
             if kind != SCRAPE:  # a scrape changes nothing the central has (its batch arrives later)
                 self._tick(now)
             if t - last_note >= sc.interval:

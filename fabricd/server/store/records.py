@@ -7,20 +7,17 @@ the detection loop, the exporter and the CLI never holds a session or lazy attri
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from fabricd.model import Reading, Sample, Status
+from fabricd.model import Inputs, Reading, Sample, Status, reads
 
 # One stored raw point as ingest writes it and the stream and latest values keep it in memory:
 # series_id, ts, value, rate, status, since (a plain tuple: tens of thousands a second).
 PointRow = tuple[int, float, float, float | None, str, float | None]
 # Status by its stored text: a dict hit instead of ``Status(text)``'s EnumType.__call__.
 STATUSES: dict[str, Status] = {st.value: st for st in Status}
-# What a reader of the stream consumes: source -> the neutral names (``Reading.name``, else the raw
-# counter) it reads. The detection loop's detector says (``Detector.inputs``); None: everything.
-Inputs = Mapping[str, Collection[str]]
 KEEP_MAX = 1_000_000  # series whose choice a ``Keep`` remembers (as many as identities.IDENTITY_CACHE_MAX)
 
 
@@ -80,9 +77,7 @@ class Keep:
         if len(self.known) >= KEEP_MAX:
             self.known.clear()
         node, b = ident
-        names = self.inputs.get(b.source) if self.inputs is not None else None
-        kept = self.inputs is None or (names is not None and ((b.name or b.counter) in names or b.counter in names))
-        entry = self.known[sid] = (node, b, kept)
+        entry = self.known[sid] = (node, b, self.inputs is None or reads(self.inputs, b))
         return entry
 
 
