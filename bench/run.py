@@ -396,8 +396,10 @@ class Central:
         raise RuntimeError(f"fabricd server did not store {points} points from the bus")
 
     def close(self) -> None:
+        # A correlator stops after its detection step's query: catching up from the first point of
+        # a fresh database (no planner statistics yet), one partition's read took 20 s and more.
         self.proc.terminate()
-        self.proc.wait(15)
+        self.proc.wait(120)
 
 
 def _points_in(url: str) -> int:

@@ -123,7 +123,7 @@ SELF_ROWS: tuple[MetricSpec, ...] = rows(
             "fabricd_detection_late_samples_total",
             "counter",
             "",
-            "Samples that arrived after their moment was settled (folded into the next evaluation)",
+            "Detection inputs that arrived after their moment was settled (folded into the next evaluation)",
             (),
         ),
     ),

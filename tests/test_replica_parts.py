@@ -124,6 +124,8 @@ def test_a_point_committed_late_below_another_partitions_points_is_still_read(st
             "VALUES (%s, %s, 1.0, 1.0, 'ok', NULL, 0.0)",
             (sid, T0 + 10),
         )
+        # as a replica's writer does, in the same transaction (fabricd/server/store/writer.py)
+        cur.execute("UPDATE nodes SET last_point_id = lastval() WHERE name = %s", (x,))
         store.writer.ingest(make_batch(y, f"{y}-2", [ib_sample(T0 + 10)]), T0 + 10, 100)  # commits a higher id
         middle, cursor = stream.read(cursor)
         assert [(d.node, [s.ts for s in d.samples]) for d in middle] == [(y, [T0 + 10])]
@@ -135,6 +137,48 @@ def test_a_point_committed_late_below_another_partitions_points_is_still_read(st
     stream.save_cursor("detection", cursor)
     assert stream.cursor("detection") == cursor
     assert stream.read(cursor)[0] == []
+
+
+class _Counting:
+    """The store's database, counting the cursors opened on it."""
+
+    def __init__(self, db: Any) -> None:
+        self.db, self.opened = db, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        self.opened += 1
+        return self.db.cursor(*args, **kwargs)
+
+
+def test_a_partition_with_nothing_new_is_not_read(store: Storage) -> None:
+    """A partition whose nodes fell silent has no point above its cursor: reading it scanned every
+    point stored since (to find none), a scan growing with the silence. The nodes' newest point ids,
+    committed with the points, bound each partition's read and skip the ones with nothing new."""
+    names = BusNames("fabricd", 4)
+    x, y = _two_partitions(names)
+    for node in (x, y):
+        store.writer.ingest(make_batch(node, f"{node}-1", [ib_sample(T0)]), T0, 100)
+    db = _Counting(store.latest.db)
+    stream = PartitionedStream(db, store.latest.identities, names)  # type: ignore[arg-type]
+    first, cursor = stream.read(PartitionCursor((0,) * 4))
+    assert sorted(d.node for d in first) == [x, y]
+    for k in range(1, 4):  # x falls silent, y goes on
+        store.writer.ingest(make_batch(y, f"{y}-{k + 1}", [ib_sample(T0 + 10 * k)]), T0, 100)
+    db.opened = 0
+    got, after = stream.read(cursor)
+    assert [(d.node, [s.ts for s in d.samples]) for d in got] == [(y, [T0 + 10, T0 + 20, T0 + 30])]
+    assert db.opened == 3  # the node list before and after, and y's partition: nothing for x's
+    assert after.ids[names.partition(x)] == cursor.ids[names.partition(x)]
+    db.opened = 0
+    assert stream.read(after) == ([], after) and db.opened == 2  # nothing new anywhere: no point read
+    # A node stored by an older version (no newest id recorded) is read as before: unbounded.
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE nodes SET last_point_id = NULL WHERE name = %s", (x,))
+    db.opened = 0
+    assert stream.read(after) == ([], after) and db.opened == 3  # x's partition read again
 
 
 def test_a_replica_needs_the_bus_and_postgresql() -> None:

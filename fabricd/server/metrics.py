@@ -105,7 +105,7 @@ class ServerMetrics:
         )
         self.late_samples = Counter(
             "fabricd_detection_late_samples",
-            "Samples that arrived after their moment was settled (folded into the next evaluation)",
+            "Detection inputs that arrived after their moment was settled (folded into the next evaluation)",
             registry=registry,
         )
         self._left_out: set[str] = set()

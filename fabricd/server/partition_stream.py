@@ -38,6 +38,17 @@ _NO_END = 2**63 - 1
 
 
 @dataclass(frozen=True)
+class _Nodes:
+    """A partition's nodes and the newest point id stored for any of them (None: unknown)."""
+
+    names: list[str]
+    newest: int | None
+
+
+_NONE = _Nodes([], None)
+
+
+@dataclass(frozen=True)
 class PartitionCursor:
     """The last point id read of every partition (index = partition)."""
 
@@ -65,13 +76,17 @@ class PartitionedStream:
         ``limit`` each: a partition that returns a full chunk makes the whole read not "whole"."""
         ends = upto.ids if upto is not None else (_NO_END,) * self.names.partitions
 
-        def part(p: int, nodes: dict[int, list[str]]) -> tuple[list[Delivery], int]:
-            return self._partition(nodes.get(p, []), cursor.ids[p], ends[p], limit, keep)
+        def part(p: int, nodes: dict[int, _Nodes]) -> tuple[list[Delivery], int]:
+            mine = nodes.get(p, _NONE)
+            # No point of the partition lies above its nodes' newest (committed with the points, by
+            # one writer at a time): stop there, and do not read a partition with nothing new.
+            end = ends[p] if mine.newest is None else min(ends[p], mine.newest)
+            return self._partition(mine.names, cursor.ids[p], end, limit, keep)
 
         before = self._nodes()
         found = {p: part(p, before) for p in range(self.names.partitions)}
         after = self._nodes()
-        while changed := [p for p in found if after.get(p, []) != before.get(p, [])]:
+        while changed := [p for p in found if after.get(p, _NONE).names != before.get(p, _NONE).names]:
             before = after  # nodes appeared meanwhile: read their partitions again with them
             found.update({p: part(p, after) for p in changed})
             after = self._nodes()
@@ -83,7 +98,7 @@ class PartitionedStream:
         nodes, ids = self._nodes(), list(cursor.ids)
         with self.db.cursor() as cur:
             for p, mine in nodes.items():
-                cur.execute(_FIRST_SINCE, (mine, since_ts, ids[p]))
+                cur.execute(_FIRST_SINCE, (mine.names, since_ts, ids[p]))
                 (first,) = cur.fetchone()
                 if first is not None:
                     ids[p] = min(ids[p], int(first) - 1)
@@ -101,14 +116,19 @@ class PartitionedStream:
         upto = rows[-1][0] if rows else after
         return deliveries([row[1:] for row in rows], idents, keep), upto
 
-    def _nodes(self) -> dict[int, list[str]]:
+    def _nodes(self) -> dict[int, _Nodes]:
         with self.db.cursor() as cur:
-            cur.execute("SELECT name FROM nodes ORDER BY name")
-            names = [str(name) for (name,) in cur.fetchall()]
-        out: dict[int, list[str]] = {}
-        for name in names:
-            out.setdefault(self.names.partition(name), []).append(name)
-        return out
+            cur.execute("SELECT name, last_point_id FROM nodes ORDER BY name")
+            rows = cur.fetchall()
+        names: dict[int, list[str]] = {}
+        newest: dict[int, int | None] = {}
+        for name, last in rows:
+            p = self.names.partition(str(name))
+            names.setdefault(p, []).append(str(name))
+            # NULL: a node stored by a version that did not record it; its partition is read unbounded.
+            was = newest.get(p, 0)
+            newest[p] = None if last is None or was is None else max(was, int(last))
+        return {p: _Nodes(names[p], newest[p]) for p in names}
 
     def head(self) -> int:
         return self.db.max_point_id()

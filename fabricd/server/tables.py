@@ -33,6 +33,9 @@ class Node(Base):
     last_batch_ts: Mapped[float] = mapped_column(Float, default=0.0)  # the agent's own batch time
     batches: Mapped[int] = mapped_column(BigInteger, default=0)
     samples: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The newest point's id, committed with the points: where the correlator's read of the node's
+    # partition can stop (fabricd/server/partition_stream.py). NULL: stored by an older version.
+    last_point_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class CollectorStatus(Base):

@@ -37,6 +37,7 @@ class Statements:
 
     claim_batch: str
     upsert_node: str
+    node_last_point: str
     upsert_health: str
     insert_series: str
     node_series: str
@@ -75,6 +76,7 @@ def statements(
         "agent_version = excluded.agent_version, last_seen = excluded.last_seen, "
         "last_batch_ts = excluded.last_batch_ts, batches = nodes.batches + 1, "
         "samples = nodes.samples + excluded.samples",
+        node_last_point=f"UPDATE nodes SET last_point_id = {m} WHERE name = {m}",
         upsert_health="INSERT INTO collector_status (node, collector, success, duration_seconds, ts, error, "
         f"readings) VALUES ({marks(7)}) ON CONFLICT (node, collector) DO UPDATE SET "
         "success = excluded.success, duration_seconds = excluded.duration_seconds, ts = excluded.ts, "

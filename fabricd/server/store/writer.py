@@ -104,6 +104,7 @@ class GroupCommitWriter:
             if job.rows:
                 cur.execute(self.db.sql.last_point_id)  # the batch's points have the ids up to here
                 job.last_point_id = int(cur.fetchone()[0])
+                cur.execute(self.db.sql.node_last_point, (job.last_point_id, job.batch.node))
         except Exception as exc:
             cur.execute("ROLLBACK TO SAVEPOINT fabricd_batch")  # raises if the transaction is gone
             job.rows, job.last_point_id = [], 0
