@@ -19,7 +19,7 @@ class Detection:
     engine: DetectionEngine
     settler: Settler = field(default_factory=Settler)
     moments: int = 0
-    _inputs: dict[str, frozenset[str]] | None = None
+    _inputs: dict[str, frozenset[str]] | None = field(default=None, init=False, repr=False)  # engine.inputs(), once
 
     def expect(self, nodes: Iterable[str], now: float) -> None:
         self.settler.expect(nodes, now)
