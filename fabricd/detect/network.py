@@ -93,11 +93,12 @@ def cluster_network(
         return []
     clusters = loc.explain(symptoms, ctx.healthy_symptoms(bad_pairs))
     strong_ids = set(id(f) for f in ev.strong)
-    kept, folded = _tidy(clusters, absorb_strong, strong_ids)
+    opened = [e for e in absorb_into if loc.kind(e) in NETWORK_TYPES]
+    kept, folded = _tidy(clusters, absorb_strong, strong_ids, opened)
     if places is not None:
-        kept = _fold_misplaced(kept, folded, places, LOCAL_PAIRS if local_hold_seconds else 0)
+        kept = _fold_misplaced(ctx, kept, folded, places, LOCAL_PAIRS if local_hold_seconds else 0, opened)
     if guard is not None and absorb_strong:
-        kept = _fold_stray_local(ctx, kept, folded, absorb_into)
+        kept = _fold_stray_local(ctx, kept, folded, opened)
     out = []
     waiting = {id(f) for f in pending}
     for cluster in kept:
@@ -203,24 +204,52 @@ def _receivers_of_open(ctx: EvalContext, cluster: Cluster, open_elements: Collec
 
 
 def _fold_misplaced(
-    kept: list[Cluster], folded: dict[int, list[Cluster]], places: Collection[str], local_pairs: int
+    ctx: EvalContext,
+    kept: list[Cluster],
+    folded: dict[int, list[Cluster]],
+    places: Collection[str],
+    local_pairs: int,
+    opened: Collection[str],
 ) -> list[Cluster]:
     """Clusters on no place for this fault, and (``local_pairs``) local clusters with fewer pairs
     than that beside a fabric-level cluster, join the fabric cluster: a receiver behind a fabric
-    queue has its marks and maybe a stray slow pair, not a queue of its own."""
-    fabric = next((c for c in kept if c.kind in NETWORK_TYPES), None)
+    queue has its marks and maybe a stray slow pair, not a queue of its own. While a fabric
+    incident is open (``opened``) only its cluster takes them (``_marks_target``); with its cluster
+    absent this evaluation, a local cluster stays for ``_fold_stray_local`` and a misplaced one's
+    port symptoms are claimed by the open incident."""
+    fabrics = [c for c in kept if c.kind in NETWORK_TYPES]
+    target = _marks_target(fabrics, opened)
     out = []
     for c in kept:
         local = c.kind not in NETWORK_TYPES
-        if c.kind in places and not (local and fabric is not None and _local_pairs(c) < local_pairs):
+        if c.kind in places and not (local and fabrics and _local_pairs(c) < local_pairs):
             out.append(c)
-        elif fabric is not None:
-            folded.setdefault(id(fabric), []).append(c)
+            continue
+        if target is not None:
+            folded.setdefault(id(target), []).append(c)
+        elif opened and c.kind in places:
+            out.append(c)
+        elif opened:
+            ctx.claim(s.ref for s in c.symptoms if not s.pair)
     return out
 
 
+def _marks_target(fabrics: Sequence[Cluster], opened: Collection[str]) -> Cluster | None:
+    """The fabric-level cluster that takes receivers' marks: the open incident's queue while a
+    fabric incident of this kind is open (None when its cluster is absent this evaluation), else the
+    first. The marks say a flow crossed a congested queue, not which one; while one is known, they
+    are its receivers'. Given to a new fabric cluster beside it, they would spare that cluster the
+    pair guard (a cluster with marks needs no pair consensus): measured live, a load surge hid the
+    open uplink's slow pairs for three scrapes, and ``leaf-02`` (11 pairs, consistency 0.39 against
+    the guard's 0.75) opened on the uplink's receivers' marks; CI's run of tests/test_demo.py opened
+    ``spine-01`` beside the open ``leaf-02~spine-01`` the same way."""
+    if opened:
+        return next((c for c in fabrics if c.element in opened), None)
+    return next(iter(fabrics), None)
+
+
 def _fold_stray_local(
-    ctx: EvalContext, kept: list[Cluster], folded: dict[int, list[Cluster]], open_elements: Collection[str]
+    ctx: EvalContext, kept: list[Cluster], folded: dict[int, list[Cluster]], opened: Collection[str]
 ) -> list[Cluster]:
     """Beside a fabric queue (found now, or an open incident's), a host's own link or port is not a
     second queue on its receivers' marks plus some slow pairs. The marks are explained: flows into
@@ -233,12 +262,10 @@ def _fold_stray_local(
     is absent this evaluation); the pairs stay unclaimed for the
     tail-latency detector. An incast during a fabric congestion is therefore reported once the
     fabric incident ends (docs/detection.md, blind spots)."""
-    opened = [e for e in open_elements if ctx.localizer.kind(e) in NETWORK_TYPES]
-    fabrics = [c for c in kept if c.kind in NETWORK_TYPES]
     # The open incident's queue takes its receivers' marks; a new fabric cluster beside it does not
     # (folded marks would spare a few stray slow pairs the pair guard: a local demo run opened a second
     # link on a 0.06 score).
-    fabric = next((c for c in fabrics if c.element in opened), None) if opened else next(iter(fabrics), None)
+    fabric = _marks_target([c for c in kept if c.kind in NETWORK_TYPES], opened)
     if fabric is None and not opened:
         return kept
     out = []
@@ -262,8 +289,11 @@ def _lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str
 
 
 def _tidy(
-    clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int]
+    clusters: list[Cluster], absorb_strong: bool, strong_ids: set[int], opened: Collection[str]
 ) -> tuple[list[Cluster], dict[int, list[Cluster]]]:
+    """Port-only clusters join the fabric cluster whose flows they are (marks: ``_marks_target``;
+    a marks-only cluster with no such target stays, for ``_receivers_of_open``)."""
+
     def has_pairs(c: Cluster) -> bool:
         return any(s.pair for s in c.symptoms)
 
@@ -271,12 +301,17 @@ def _tidy(
         return any(id(s.ref) in strong_ids for s in c.symptoms)
 
     fabric = [c for c in clusters if c.kind in NETWORK_TYPES and has_pairs(c)]
+    marks_to = _marks_target(fabric, opened)
     kept: list[Cluster] = []
     folded: dict[int, list[Cluster]] = {}
     for c in clusters:
         local = c.kind not in NETWORK_TYPES
         if local and not has_pairs(c) and fabric and (absorb_strong or not has_strong(c)):
-            folded.setdefault(id(fabric[0]), []).append(c)
+            target = marks_to if has_strong(c) else fabric[0]
+            if target is None:
+                kept.append(c)
+            else:
+                folded.setdefault(id(target), []).append(c)
         elif not has_pairs(c) and not has_strong(c):
             target = fabric[0] if fabric else (kept[0] if kept else None)
             if target is not None:
