@@ -52,7 +52,7 @@ from fabricd.probe import (
     start_responder,
 )
 from fabricd.tracing import PathTracer, Replies, TracedPath, TraceParams, TracePolicy
-from fabricd.udpstamp import StampedEndpoint
+from fabricd.udpstamp import StampedEndpoint, bind_own_port
 
 SOURCE = "pingmesh"
 DEFAULT_PORT = 19471
@@ -161,7 +161,10 @@ class PingmeshCollector:
         sock = self.socket_factory(family)
         if self._tracing(family):  # reply traces bind the responder's port beside it (fabricd.tracing)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((self.options.listen_address, self.options.listen_port))
+        if self.options.listen_port == 0 and self._tracing(family):
+            bind_own_port(sock, self.options.listen_address)
+        else:
+            sock.bind((self.options.listen_address, self.options.listen_port))
         set_dscp(sock, self.options.dscp)  # replies travel in the same class as the requests
         self.responder = self.responder_factory()
         transport = await start_responder(sock, self.responder)
@@ -183,7 +186,7 @@ class PingmeshCollector:
         tracing = self._tracing(family)
         if tracing:  # the trace sockets share the probes' source port (fabricd.tracing)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind(("0.0.0.0", 0))
+            bind_own_port(sock, "0.0.0.0")
         self.prober = ProberProtocol(targets, timeout_ns, shape=self.options.shape, pad_len=self.options.payload_bytes)
         self.transports.append(await start_prober(sock, self.prober))
         if tracing:

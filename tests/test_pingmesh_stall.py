@@ -4,12 +4,14 @@ lost nor slow (``fabricd.udpstamp``: the kernel's receive time, not the read tim
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from typing import Any
 
 from collectors.pingmesh import PingmeshCollector, PingmeshFactories
 from fabricd.probe import ResponderProtocol
+from fabricd.udpstamp import bind_own_port
 from tests.test_pingmesh import _by_counter, _mesh
 
 PATH_SECONDS = 0.05  # each reply leaves the responder this long after its probe came in
@@ -78,3 +80,28 @@ async def test_a_stalled_probers_replies_that_arrived_in_time_are_neither_lost_n
     finally:
         await client.close()
         peer.stop()
+
+
+def test_a_probers_reuse_port_socket_gets_a_port_no_other_socket_holds() -> None:
+    # bind(port 0) with SO_REUSEPORT may return a port another reuse-port socket holds (62 of 2,000
+    # here), and the kernel then splits that port's replies between the two: CI's live demo lost
+    # every reply of one pair to another agent's prober. bind_own_port never shares.
+    held = []
+    try:
+        for _ in range(1000):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            s.bind(("0.0.0.0", 0))
+            held.append(s)
+        taken = [s.getsockname()[1] for s in held]
+        mine = []
+        for _ in range(300):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            held.append(s)
+            mine.append(bind_own_port(s, "0.0.0.0"))
+        assert not set(mine) & set(taken)
+        assert len(set(mine)) == len(mine)
+    finally:
+        for s in held:
+            s.close()
