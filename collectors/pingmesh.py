@@ -159,9 +159,10 @@ class PingmeshCollector:
     async def _start_responder(self) -> None:
         family = _family(self.options.listen_address)
         sock = self.socket_factory(family)
-        if self._tracing(family):  # reply traces bind the responder's port beside it (fabricd.tracing)
+        tracing = self._tracing(family)
+        if tracing:  # reply traces bind the responder's port beside it (fabricd.tracing)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        if self.options.listen_port == 0 and self._tracing(family):
+        if tracing and self.options.listen_port == 0:
             bind_own_port(sock, self.options.listen_address)
         else:
             sock.bind((self.options.listen_address, self.options.listen_port))

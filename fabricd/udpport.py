@@ -13,7 +13,7 @@ def bind_own_port(sock: socket.socket, address: str, attempts: int = 20) -> int:
     user already holds (measured here: 62 of 2,000 such binds got a taken port; none without the
     option), and the kernel then spreads the datagrams to that port over both sockets by their
     4-tuple. Two agents' probers on one port lost every reply of the pairs hashed to the other:
-    CI's live demo saw 100 % loss on one pair from its first probe and opened a link flap. So the
+    CI's live eval saw 100 % loss on one pair from its first probe and opened a link flap. So the
     port is drawn by a socket without the option (the kernel gives it a free one) and ``sock``
     binds it by number; another process taking it in between is a failed bind, and a retry.
     """

@@ -9,7 +9,7 @@ from fabricd.udpport import bind_own_port
 
 def test_a_probers_reuse_port_socket_gets_a_port_no_other_socket_holds() -> None:
     # bind(port 0) with SO_REUSEPORT may return a port another reuse-port socket holds (62 of 2,000
-    # here), and the kernel then splits that port's replies between the two: CI's live demo lost
+    # here), and the kernel then splits that port's replies between the two: CI's live eval lost
     # every reply of one pair to another agent's prober. bind_own_port never shares.
     held = []
     try:
