@@ -53,6 +53,7 @@ from fabricd.probe import (
 )
 from fabricd.tracing import PathTracer, Replies, TracedPath, TraceParams, TracePolicy
 from fabricd.udpport import bind_own_port
+from fabricd.udpstamp import StampedEndpoint
 
 SOURCE = "pingmesh"
 DEFAULT_PORT = 19471
@@ -142,7 +143,7 @@ class PingmeshCollector:
         self.prober_factory = factories.prober
         self.prober: Any = None  # ProberProtocol, or what prober_factory built (same ledger interface)
         self.responder: ResponderProtocol | None = None
-        self.transports: list[asyncio.DatagramTransport] = []
+        self.transports: list[asyncio.DatagramTransport | StampedEndpoint] = []
         self.tracer: PathTracer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._lost: dict[str, int] = {}  # peer -> probes lost at the last collect
@@ -227,6 +228,7 @@ class PingmeshCollector:
         out: list[Reading] = []
         if self.prober is not None:
             now = self.prober.clock_ns()
+            self.prober.drain()
             for session, target in self.prober.targets.items():
                 out.extend(self._peer_readings(target.name, session, now))
         if self.tracer is not None:

@@ -28,6 +28,8 @@ from typing import Any, Protocol, cast
 
 from hdrh.histogram import HdrHistogram
 
+from fabricd.udpstamp import StampedEndpoint
+
 MAGIC = b"FDPB"
 VERSION = 1
 REQUEST = 0
@@ -147,8 +149,17 @@ class Ledger:
         self.sent += 1
         self.outstanding[seq] = now_ns
 
-    def on_reply(self, seq: int, now_ns: int) -> None:
-        self.expire(now_ns)
+    def on_reply(self, seq: int, now_ns: int, arrival_ns: int | None = None) -> None:
+        """A reply read at ``now_ns`` that reached the host at ``arrival_ns`` (the kernel's stamp;
+        None: unknown, taken as ``now_ns``).
+
+        On time means it *arrived* within the timeout: a prober whose event loop stalled reads
+        late the replies that came meanwhile, and must not count them lost. Its RTT is the read
+        time's, on which the delay detectors' thresholds were measured (docs/latency.md), except
+        for a reply read after its timeout had passed: that one is timed at its arrival (the
+        stall is the prober's, not the path's)."""
+        arrived = now_ns if arrival_ns is None else min(arrival_ns, now_ns)
+        self.expire(arrived)
         sent_ns = self.outstanding.pop(seq, None)
         if sent_ns is None:
             self._unexpected(seq)
@@ -157,7 +168,8 @@ class Ledger:
         if seq < self.highest:
             self.out_of_order += 1
         self.highest = max(self.highest, seq)
-        self._record(now_ns - sent_ns)
+        rtt_ns = now_ns - sent_ns
+        self._record(rtt_ns if rtt_ns < self.timeout_ns else arrived - sent_ns)
 
     def _unexpected(self, seq: int) -> None:
         if seq in self.expired:
@@ -313,24 +325,27 @@ class ProberProtocol(asyncio.DatagramProtocol):
         self.ledgers = {s: Ledger(timeout_ns) for s in self.targets}
         self.addresses = {t.address for t in self.targets.values()}
         self.shape, self.pad_len, self.clock_ns = shape, pad_len, clock_ns
-        self.transport: asyncio.DatagramTransport | None = None
+        self.transport: StampedEndpoint | asyncio.DatagramTransport | None = None
         self.tasks: list[asyncio.Task[None]] = []
         if shape is Shape.ROCEV2:
             # Import scapy now, not in the first send: send_one reads the clock before encoding,
             # and a 1-2 s import there put the first probe past its timeout (lost, then late).
             encode(Probe(REQUEST, 0, 0, 0, 0, shape))
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
-        self.transport = cast(asyncio.DatagramTransport, transport)
+    def connection_made(self, transport: Any) -> None:
+        # ``start_prober``'s StampedEndpoint, or an asyncio transport (cast, not isinstance: 3.11's
+        # selector datagram transport does not subclass DatagramTransport).
+        self.transport = cast(StampedEndpoint | asyncio.DatagramTransport, transport)
         self.tasks = [asyncio.create_task(self._pace(s)) for s in self.targets]
 
-    def datagram_received(self, data: bytes, addr: Any) -> None:
+    def datagram_received(self, data: bytes, addr: Any, arrival_ns: int | None = None) -> None:
+        """A datagram, with the time it reached the host when known (``fabricd.udpstamp``; None
+        for a reply a path trace's socket took and handed on: timed when read)."""
         probe = decode(data)
         if probe is None:
             return
         if probe.kind == REPLY and probe.session in self.ledgers:
-            self.ledgers[probe.session].on_reply(probe.seq, self.clock_ns())
+            self.ledgers[probe.session].on_reply(probe.seq, self.clock_ns(), arrival_ns)
         elif probe.kind == REQUEST and probe.session == TRACE_SESSION and addr[0] in self.addresses:
             self._echo(probe, addr)
 
@@ -364,12 +379,20 @@ class ProberProtocol(asyncio.DatagramProtocol):
             task.cancel()
         self.tasks = []
 
+    def drain(self) -> None:
+        """Take the replies already in the socket before a scrape expires their probes: after a
+        stall the scrape may run before the reader does, and would count them lost."""
+        if isinstance(self.transport, StampedEndpoint):
+            self.transport.drain()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.stop_sending()
 
 
-async def start_prober(sock: socket.socket, protocol: ProberProtocol) -> asyncio.DatagramTransport:
-    loop = asyncio.get_running_loop()
-    sock.setblocking(False)
-    transport, _ = await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
-    return transport
+async def start_prober(sock: socket.socket, protocol: ProberProtocol) -> StampedEndpoint:
+    """Read ``sock`` with kernel receive times (``fabricd.udpstamp``) and start ``protocol``'s
+    probes; close the returned endpoint to stop reading."""
+    endpoint = StampedEndpoint(sock, protocol.datagram_received, protocol.error_received, protocol.clock_ns)
+    endpoint.start(asyncio.get_running_loop())
+    protocol.connection_made(endpoint)
+    return endpoint

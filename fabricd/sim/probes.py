@@ -7,7 +7,7 @@ network between the hosts is simulated).
 
 Accelerated replay (``fabricd eval``): ``ModelProber`` has the shape of
 ``fabricd.probe.ProberProtocol`` as the pingmesh collector reads it (``targets``, ``ledgers`` with
-``expire``/``counts``/``take_rtt``, ``clock_ns``, ``stop_sending``), filled from the model's
+``expire``/``counts``/``take_rtt``, ``clock_ns``, ``stop_sending``, ``drain``), filled from the model's
 per-interval probe results instead of 10 datagrams per second and peer.
 """
 
@@ -81,6 +81,9 @@ class ModelProber:
 
     def stop_sending(self) -> None:
         return None
+
+    def drain(self) -> None:
+        return None  # nothing queued: the model's replies are in the ledgers already
 
 
 def model_prober(sim: Simulation, node: str, targets: list[Target], clock_ns: Callable[[], int]) -> ModelProber:

@@ -1,0 +1,108 @@
+"""Pingmesh on a prober whose event loop stalls: replies that reached the host in time are neither
+lost nor slow (``fabricd.udpstamp``: the kernel's receive time decides on time; RTTs stay read
+times except for replies read after their timeout, ``Ledger.on_reply``)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from collectors.pingmesh import PingmeshCollector, PingmeshFactories
+from fabricd.probe import Ledger, ResponderProtocol
+from tests.test_pingmesh import _by_counter, _mesh
+
+PATH_SECONDS = 0.05  # each reply leaves the responder this long after its probe came in
+TIMEOUT_SECONDS = 0.4
+STALL_SECONDS = 1.0  # past the timeout: read when the loop comes back, every reply in flight is "lost"
+
+
+class _SlowPath(ResponderProtocol):
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        asyncio.get_running_loop().call_later(PATH_SECONDS, super().datagram_received, data, addr)
+
+
+class _ResponderThread(threading.Thread):
+    """The peer on its own event loop: only the prober's loop stalls, as on two hosts."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.port = 0
+        self.ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: asyncio.Event | None = None
+
+    def run(self) -> None:
+        asyncio.run(self._serve())
+
+    def stop(self) -> None:
+        if self._loop is not None and self._done is not None:
+            self._loop.call_soon_threadsafe(self._done.set)
+        self.join(10)
+
+    async def _serve(self) -> None:
+        self._loop, self._done = asyncio.get_running_loop(), asyncio.Event()
+        server = _mesh({"listen_address": "127.0.0.1", "listen_port": 0}, PingmeshFactories(responder=_SlowPath))
+        await server.collect()
+        self.port = server.listen_port
+        self.ready.set()
+        await self._done.wait()
+        await server.close()
+
+
+async def test_a_stalled_probers_replies_that_arrived_in_time_are_neither_lost_nor_late() -> None:
+    peer = _ResponderThread()
+    peer.start()
+    assert peer.ready.wait(10)
+    client: PingmeshCollector = _mesh(
+        {
+            "peers": [{"name": "srv", "address": "127.0.0.1", "port": peer.port, "rate_per_second": 200}],
+            "respond": False,
+            "timeout_seconds": TIMEOUT_SECONDS,
+        }
+    )
+    try:
+        await client.collect()
+        await asyncio.sleep(0.3)  # ~10 probes in flight at any moment (200/s, 50 ms each)
+        time.sleep(STALL_SECONDS)  # noqa: ASYNC251 - the point: the loop stalls while replies arrive
+        # The scrape runs before the socket's reader does, as it may after a stall.
+        got = _by_counter(await client.collect(), "srv")
+        assert (got["probes_lost"], got["probes_late"]) == (0, 0)
+        assert got["probes_received"] >= 20
+        # Read after their timeout, they are timed at arrival: the path's 50 ms, not the stall's second.
+        assert got["rtt_min"] >= PATH_SECONDS and got["rtt_max"] < TIMEOUT_SECONDS
+        client.stop_probing()
+        await asyncio.sleep(2 * TIMEOUT_SECONDS)
+        got = _by_counter(await client.collect(), "srv")
+        assert got["probes_received"] == got["probes_sent"] and got["probes_lost"] == 0
+    finally:
+        await client.close()
+        peer.stop()
+
+
+MS = 1_000_000
+
+
+def test_a_reply_is_on_time_by_its_arrival_and_timed_when_read_unless_read_past_the_timeout() -> None:
+    ledger = Ledger(timeout_ns=100 * MS)
+    for seq in range(4):
+        ledger.on_send(seq, 0)
+    ledger.on_reply(0, now_ns=30 * MS, arrival_ns=10 * MS)  # read late, within the timeout: the read time
+    ledger.on_reply(1, now_ns=500 * MS, arrival_ns=20 * MS)  # read past the timeout, arrived in time
+    ledger.on_reply(2, now_ns=500 * MS, arrival_ns=150 * MS)  # arrived past the timeout: lost, then late
+    ledger.expire(500 * MS)  # seq 3: no reply
+    got = ledger.counts()
+    assert (got.received, got.lost, got.late, got.in_flight) == (2, 2, 1, 0)
+    rtt = ledger.take_rtt()
+    assert rtt is not None and (rtt.count, rtt.min, rtt.max) == (2, 0.02, 0.03)
+
+
+def test_without_a_stamp_a_reply_is_timed_and_expired_at_its_read() -> None:
+    ledger = Ledger(timeout_ns=100 * MS)
+    ledger.on_send(0, 0)
+    ledger.on_send(1, 0)
+    ledger.on_reply(0, now_ns=40 * MS)
+    ledger.on_reply(1, now_ns=120 * MS)
+    got = ledger.counts()
+    assert (got.received, got.lost, got.late) == (1, 1, 1)
