@@ -25,6 +25,9 @@ TRAFFIC = frozenset(
     for what in ("data", "packets")
 )
 READ_POINTS = 20_000  # the detection loop's read (fabricd/server/detection.py)
+# The first scrapes of a node teach detection its series, records and devices (about 8 µs a sample,
+# docs/storage.md): a one-time cost. Steady state is every scrape after these.
+LEARNING_SCRAPES = 2
 
 
 def counter_names(n: int) -> list[tuple[str, str]]:
@@ -67,7 +70,8 @@ def fleet(nodes: int, scrapes: int, ports: int, counters: int, t0: float) -> lis
 
 
 def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, float]:
-    """CPU µs per sample of each stage, one run on a fresh database at ``url``."""
+    """CPU µs per sample of each stage, one run on a fresh database at ``url``; ``detect_steady``
+    is the detect stage over the scrapes after the first ``LEARNING_SCRAPES`` of every node."""
     from fabricd import gctune
     from fabricd.detect.engine import DetectionEngine
     from fabricd.server import db
@@ -86,7 +90,9 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     keep = Keep(feed.inputs())  # as the detection loop reads: only what the detectors use
     limits = LimitSettings()
     spent = dict.fromkeys(STAGES, 0.0)
-    cursor = samples = pending = 0
+    cursor = samples = pending = steady_samples = 0
+    steady_seconds = 0.0
+    learned = LEARNING_SCRAPES * len({b.node for b in batches})  # batches before the steady state
     clock = time.thread_time
     gctune.tune_for_service()  # as the central's main() does
     for i, body in enumerate(bodies):
@@ -100,15 +106,21 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
         samples += len(batch.samples)
         pending += len(batch.samples)
         # The detection loop reads up to 20,000 points a step: at these rates it never waits.
-        if pending >= READ_POINTS or i == len(bodies) - 1:
-            t = clock()
+        # Read also when the learning scrapes end, so that no read mixes them with steady ones.
+        if pending >= READ_POINTS or i == len(bodies) - 1 or i == learned - 1:
+            t, read = clock(), pending
             while pending > 0:
                 deliveries, cursor = store.stream.read(cursor, READ_POINTS, keep=keep)
                 feed.deliver(deliveries, time.time(), whole=True)
                 pending -= sum(d.read for d in deliveries)
             spent["detect"] += clock() - t
+            if i >= learned:
+                steady_seconds += clock() - t
+                steady_samples += read
     engine.dispose()
-    return {stage: seconds / samples * 1e6 for stage, seconds in spent.items()}
+    out = {stage: seconds / samples * 1e6 for stage, seconds in spent.items()}
+    out["detect_steady"] = steady_seconds / steady_samples * 1e6 if steady_samples else float("nan")
+    return out
 
 
 def run_on(url_of: Any, nodes: int, scrapes: int, runs: int, tmp: Path) -> list[dict[str, float]]:
