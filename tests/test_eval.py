@@ -99,6 +99,17 @@ def test_every_shipped_scenario_meets_the_detection_targets(report: dict[str, An
     assert report["on_time"] >= TARGET_ON_TIME, _problems(report)
 
 
+def test_each_shipped_scenario_opens_one_incident_per_fault_on_its_element(report: dict[str, Any]) -> None:
+    """Precision counts an incident inside a fault's scope as that fault's, so a second incident
+    for one fault (a neighbour's link) does not lower it: ``mixed`` opened three extra link flaps
+    so. Here every scenario's incidents are exactly its faults' right elements."""
+    for name, s in report["scenarios"].items():
+        faults = [f for f in report["faults"] if f["scenario"] == name]
+        opened = sorted(o["element"] for o in s["opened"])
+        assert opened == sorted(f["blamed"] for f in faults), (name, s["opened"])
+        assert all(f["correct"] for f in faults), (name, s["opened"])
+
+
 def test_the_replay_delivers_as_live_by_default(report: dict[str, Any]) -> None:
     """Each node scrapes at its own phase and every scrape goes through settlement: the replay
     scores what the live central would see, not an aligned round."""

@@ -56,7 +56,21 @@ THROTTLED = ("cnp_handled_packets_per_second", "xmit_wait_ratio")  # senders slo
 def propose(ctx: EvalContext) -> list[Proposal]:
     out = _storms(ctx)
     out.extend(_hol(ctx))
+    _winding_down(ctx)
     return out
+
+
+def _winding_down(ctx: EvalContext) -> None:
+    """An open HOL incident whose pauses have stopped is still open: its root's last marks and CNPs
+    (the scrape that held the incast's end) and the senders throttled by them are that incident's,
+    as a storm winding down is that storm's, not a congestion of the root's host link opening as the
+    fault clears. Marks that outlast the incident open congestion once it has resolved."""
+    for root in sorted(ctx.open_elements.get(IncidentKind.HOL_BLOCKING, set()) - set(ctx.blamed)):
+        pending = [f for f in ctx.pending if id(f) not in ctx.claimed]
+        marks = [f for f in [*ctx.signal(*ROOT_SIGNALS), *pending] if f.signal in ROOT_SIGNALS and ctx.hca(f) == root]
+        if marks:
+            ctx.claim(marks)
+            ctx.claim(ctx.signal(*THROTTLED))  # their CNPs come from the root's marks (_claim_victims)
 
 
 def _storms(ctx: EvalContext) -> list[Proposal]:
@@ -105,6 +119,15 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
         # Pauses are spreading, their root has been seen once (its first scrape after the onset
         # holds part of an interval): whether it is a storm (tx pause > 80 %) or a congested
         # receiver, its next scrape says. Its victims wait with it rather than become congestion.
+        ctx.claim(victims)
+        _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | set(stalled), victims)
+        return []
+    if victims and _storm_pending(ctx, root):
+        # The root pauses its switch as a stuck NIC does (a storm rule holds on it: tx pauses over
+        # 80 % of the time, or its watchdog), and only the rule's ``for`` has not run out: a storm
+        # in the making, not a congested receiver, whose pauses come in bursts. With a 5 s scrape
+        # the "pausing root" rule ran out first and opened HOL blocking on the storming port,
+        # beside the storm a scrape later. Its victims wait with it, as above.
         ctx.claim(victims)
         _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | set(stalled), victims)
         return []
@@ -267,3 +290,8 @@ def _root(ctx: EvalContext, leaf: str | None, victims: set[str]) -> tuple[str | 
         if s > score:
             best, score = hca, s
     return best, score
+
+
+def _storm_pending(ctx: EvalContext, root: str) -> bool:
+    """Whether a PFC storm rule holds on ``root`` without firing yet (its ``for`` still running)."""
+    return any(ctx.hca(f) == root for f in ctx.pending_of([IncidentKind.PFC_STORM]))

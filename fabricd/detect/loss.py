@@ -9,9 +9,14 @@
   blame, "strong"); sequence errors and retransmissions are seen at the ends of flows that crossed a
   lossy element somewhere ("weak"); sustained probe loss between node pairs localizes it.
 
-Probe loss during a flap is the flap's, not a second (packet_loss) incident; probe loss on pairs
-crossing the element of an open packet_loss incident (a 60 s window still draining after the fault
-cleared) is that incident's, not a new one elsewhere on the path.
+Probe loss during a flap is the flap's, not a second (packet_loss) incident, and so are the pairs
+of its 60 s loss window after its outages ended: they cross the open flap's link and are not a
+second flap either. While a link is flapping, retransmits and sequence errors anywhere are its too:
+every RC queue pair with traffic through the link times out and retransmits, and its peer sees the
+gap, whichever leaf the two ends are on; such weak symptoms cannot say where their loss was, so
+they cannot stand for another loss. Probe loss on pairs crossing the element of an open
+packet_loss incident (a 60 s window still draining after the fault cleared) is that incident's, not
+a new one elsewhere on the path.
 """
 
 from __future__ import annotations
@@ -38,9 +43,23 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.LINK_FLAP])
     ports = [f for f in found if f.signal == "link_downs_per_second"]
     pairs = [f for f in found if f.signal == "probe_loss_ratio"]
-    out = cluster_network(ctx, IncidentKind.LINK_FLAP, Evidence3(pairs, ports, []), "is flapping", absorb_strong=False)
+    flapping = ctx.open_elements.get(IncidentKind.LINK_FLAP, set())
+    # One pair's outage cannot say which of its links went down (the mixed scenario opened a flap
+    # on the prober's own host link, a scrape before the flapping one's link_downed arrived): an
+    # outage seen by pairs alone needs as many pairs as probe loss does (a link that goes down cuts
+    # every pair through it at once). A host link's flap has its port's link_downed besides.
+    guard = PairGuard(int(ctx.param("flap_min_pairs", 2)), ctx.param("flap_consistency", 0.5), LOSS_PLACES)
+    out = cluster_network(
+        ctx,
+        IncidentKind.LINK_FLAP,
+        Evidence3(pairs, ports, []),
+        "is flapping",
+        absorb_strong=False,
+        guard=guard,
+        absorb_into=flapping,
+    )
     # Between outages the flap incident is still open: its probe loss is still the flap's.
-    _claim_crossing(ctx, [p.element for p in out] + sorted(ctx.open_elements.get(IncidentKind.LINK_FLAP, ())))
+    _claim_crossing(ctx, [p.element for p in out] + sorted(flapping), everywhere=bool(out))
     return out
 
 
@@ -48,7 +67,7 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
     found = ctx.of([IncidentKind.PACKET_LOSS])
     if not found:
         return []
-    waiting = ctx.pending_of([IncidentKind.PACKET_LOSS])
+    waiting = [f for f in ctx.pending_of([IncidentKind.PACKET_LOSS]) if id(f) not in ctx.claimed]
     every = found + waiting
     ev = Evidence3(
         [f for f in every if f.signal == "probe_loss_ratio"],
@@ -78,21 +97,21 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
     )
 
 
-def _claim_crossing(ctx: EvalContext, elements: list[str]) -> None:
-    """Probe loss and sequence errors on pairs/ports whose traffic crosses a flapping element."""
+CROSSING = ("probe_loss_ratio", "rtt_queue_outlier", "rtt_p99_outlier", *sorted(WEAK))
+
+
+def _claim_crossing(ctx: EvalContext, elements: list[str], everywhere: bool) -> None:
+    """Claim, firing or still pending, the flapping elements' symptoms: probe loss and delay on
+    pairs crossing one of them, and retransmits and sequence errors on their own ports, or
+    wherever they are while a flap shows (``everywhere``: its outages' evidence fires now; module
+    doc). Between outages, a weak symptom away from the link may be another loss's."""
     if not elements:
         return
     blamed = set(elements)
-    for f in ctx.signal(
-        "probe_loss_ratio",
-        "sequence_errors_per_second",
-        "retransmits_per_second",
-        "rtt_queue_outlier",
-        "rtt_p99_outlier",
-    ):
+    pending = [f for f in ctx.pending if f.signal in CROSSING and id(f) not in ctx.claimed]
+    for f in [*ctx.signal(*CROSSING), *pending]:
         if f.signal in PAIR_SIGNALS:
-            alts = ctx.localizer.pair_paths(f.node, f.device)
-            if any(blamed & alt for alt in alts):
+            if any(blamed & alt for alt in ctx.localizer.pair_paths(f.node, f.device)):
                 ctx.claim([f])
-        elif {ctx.hca(f), ctx.localizer.host_link(ctx.hca(f))} & blamed:
+        elif everywhere or {ctx.hca(f), ctx.localizer.host_link(ctx.hca(f))} & blamed:
             ctx.claim([f])
