@@ -64,3 +64,14 @@ def test_an_hol_roots_last_marks_as_the_incast_ends_are_not_congestion() -> None
     fault = {"kind": "hol_blocking", "at": at, "start": "90s", "severity": 0.53, "load": 0.78}
     result = ev.evaluate(_variant("hol-8", 540, "10s", topology, fault))
     assert _opened(result) == [("hol_blocking", at)]
+
+
+def test_one_isolated_bit_error_beside_a_lossy_links_sequence_errors_is_no_second_lossy_link() -> None:
+    """At a 5 s scrape one symbol error is 0.2/s, over phy_errors' 0.1/s: pending for one scrape on
+    a port whose flows crossed the lossy link (its sequence errors fired, weak), it made that port's
+    link a second ``packet_loss`` (fabricd/detect/network.py, ``weak_alone_waits``)."""
+    topology = {"nodes": 8, "hcas_per_node": 1, "nodes_per_leaf": 4, "spines": 3, "link_layer": "roce"}
+    at = "node-002/mlx5_0~leaf-01"
+    fault = {"kind": "lossy_link", "at": at, "start": "90s", "severity": 0.63, "load": 0.48}
+    result = ev.evaluate(_variant("lossy-8", 20, "5s", topology, fault))
+    assert _opened(result) == [("packet_loss", at)]

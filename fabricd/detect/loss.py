@@ -94,6 +94,10 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
         sticky=True,
         pending=waiting,
         places=LOSS_PLACES,
+        # One isolated bit error is 0.2/s at a 5 s scrape, over phy_errors' 0.1/s: pending for a
+        # scrape, it made a port whose flows merely crossed the loss (its sequence errors, weak)
+        # a second lossy link.
+        weak_alone_waits=True,
     )
 
 

@@ -61,6 +61,7 @@ def cluster_network(
     places: Collection[str] | None = None,
     local_hold_seconds: float = 0.0,
     sticky: bool = False,
+    weak_alone_waits: bool = False,
 ) -> list[Proposal]:
     """Vote over pair and port symptoms, then tidy the clusters into one proposal per root cause.
 
@@ -82,7 +83,9 @@ def cluster_network(
     two scrapes); until then its findings stay unclaimed. ``pending``: the findings in ``ev`` whose ``for``
     has not passed; they vote, but a cluster of pending findings only is not proposed (yet).
     ``sticky``: a fabric-level cluster that still points at an open incident's element nearly as
-    strongly as at its winner is proposed on that element (``STICKY_SHARE``).
+    strongly as at its winner is proposed on that element (``STICKY_SHARE``). ``weak_alone_waits``:
+    a cluster whose only fired symptoms are weak waits until one of its others fires (a pending
+    strong symptom may be one isolated error; weak symptoms alone do not say where).
     """
     loc = ctx.localizer
     bad_pairs = {(f.node, f.device) for f in ev.pairs}
@@ -101,8 +104,11 @@ def cluster_network(
         kept = _fold_stray_local(ctx, kept, folded, opened)
     out = []
     waiting = {id(f) for f in pending}
+    weak_ids = {id(f) for f in ev.weak} if weak_alone_waits else set()
     for cluster in kept:
         if _waiting(cluster, folded.get(id(cluster), []), waiting, guard, ctx, absorb_into):
+            continue
+        if weak_ids and _weak_alone(cluster, folded.get(id(cluster), []), waiting, weak_ids):
             continue
         if local_hold_seconds and _young_local(ctx, cluster, local_hold_seconds):
             continue
@@ -119,6 +125,11 @@ def cluster_network(
         out.append(p)
         ctx.blamed.setdefault(element, p.key)
     return out
+
+
+def _weak_alone(cluster: Cluster, folded: Sequence[Cluster], waiting: set[int], weak: set[int]) -> bool:
+    """Whether every fired symptom of ``cluster`` (and what was folded into it) is weak."""
+    return all(id(s.ref) in waiting or id(s.ref) in weak for c in (cluster, *folded) for s in c.symptoms)
 
 
 def _waiting(
