@@ -115,19 +115,15 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
     firing_root = [
         f for f in ctx.findings if id(f) not in ctx.claimed and ctx.hca(f) == root and f.signal in ROOT_SIGNALS
     ]
-    if victims and not firing_root:
-        # Pauses are spreading, their root has been seen once (its first scrape after the onset
-        # holds part of an interval): whether it is a storm (tx pause > 80 %) or a congested
-        # receiver, its next scrape says. Its victims wait with it rather than become congestion.
-        ctx.claim(victims)
-        _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | set(stalled), victims)
-        return []
-    if victims and _storm_pending(ctx, root):
-        # The root pauses its switch as a stuck NIC does (a storm rule holds on it: tx pauses over
-        # 80 % of the time, or its watchdog), and only the rule's ``for`` has not run out: a storm
-        # in the making, not a congested receiver, whose pauses come in bursts. With a 5 s scrape
-        # the "pausing root" rule ran out first and opened HOL blocking on the storming port,
-        # beside the storm a scrape later. Its victims wait with it, as above.
+    if victims and (not firing_root or _storm_pending(ctx, root)):
+        # Pauses are spreading, and their root is not known for an HOL root yet. Either it has been
+        # seen once (its first scrape after the onset holds part of an interval): whether it is a
+        # storm (tx pause > 80 %) or a congested receiver, its next scrape says. Or it pauses its
+        # switch as a stuck NIC does (a storm rule holds on it, tx pauses over 80 % of the time or
+        # its watchdog) and only the rule's ``for`` has not run out: a storm in the making, not a
+        # congested receiver, whose pauses come in bursts (with a 5 s scrape the "pausing root"
+        # rule ran out first and opened HOL blocking on the storming port, beside the storm a
+        # scrape later). Its victims wait with it rather than become congestion.
         ctx.claim(victims)
         _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | set(stalled), victims)
         return []
