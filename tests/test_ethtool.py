@@ -16,7 +16,13 @@ from fabricd.collector import CollectorConfigError, CollectorContext, build
 from fabricd.drivers.ethtool import all_rules, drivers, is_queue_stat, neutral
 from fabricd.drivers.vocabulary import VOCABULARY
 from fabricd.model import Kind, Reading
-from fabricd.parsers.ethtool import EthtoolReadError, parse_ethtool_i, parse_ethtool_s, parse_ethtool_settings
+from fabricd.parsers.ethtool import (
+    EthtoolReadError,
+    parse_ethtool_i,
+    parse_ethtool_s,
+    parse_ethtool_settings,
+    parse_ethtool_stats,
+)
 from tests.helpers import CASES, need_binary
 from tests.netns import send_udp, veth_pair
 
@@ -117,6 +123,22 @@ def test_real_mlx5_capture_maps_global_pause_and_port_discards() -> None:
     legacy = by_name("ethq_mlx5_older_driver_legacy_names")
     assert legacy[("rx_pause_frames", "global")]["counter"] == "pause_ctrl_rx"
     assert legacy[("rx_discards", "")]["counter"] == "in_discards"
+
+
+def test_pasted_shell_session_is_read_without_problems() -> None:
+    # A prompt with a space, "ethtool -S em1|grep ..." twice, and the bare prompt on the last line.
+    text = (CASES / "ethtool" / "blog_igb_prompt_two_greps_queue_stats" / "input.txt").read_text()
+    result = parse_ethtool_stats(text)
+    assert (result.interface, len(result.stats), result.problems) == ("em1", 64, [])
+    assert result.stats[-1].raw == "rx_queue_7_alloc_failed" and result.stats[0].value == 5976826882
+    for prompt, ifname in (("$ sudo ethtool -S p1p1", "p1p1"), ("cumulus@switch:~$ sudo ethtool -S swp1", "swp1")):
+        assert parse_ethtool_stats(f"{prompt}\n     rx_packets: 1\n").interface == ifname
+
+
+def test_real_cx4lx_pause_duration_is_seconds() -> None:
+    got = by_name("blog_mlx5_cx4lx_tx_global_pause_pci_grep")
+    assert got[("tx_pause_duration", "global")]["value"] == pytest.approx(555.665182)  # 555665182 us
+    assert got[("tx_pause_frames", "global")]["value"] == 1266552
 
 
 def test_cardinality_is_bounded_by_default() -> None:

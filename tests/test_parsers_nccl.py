@@ -91,6 +91,18 @@ EXPECTED: dict[str, list[Run]] = {
             (134217728, 33554432, "float", "sum", -1, 58479.5, 2.30, 2.30, 0, 58055.4, 2.31, 2.31, 0),
         ),
     ],
+    "ebpf_broadcast_mpi_2.18.0_root0_none": [  # redop "none", root 0, "#wrong " with a trailing blank
+        (
+            "broadcast",
+            "ok",
+            2,
+            0.8664,
+            9,
+            (1024, 256, "float", "none", 0, 2239.78, 0.00, 0.00, 0, 2233.58, 0.00, 0.00, 0),
+            (67108864, 16777216, "float", "none", 0, 28066.8, 2.39, 2.39, 0, 37664.5, 1.78, 1.78, 0),
+        ),
+    ],
+    "rccl_issue876_all_reduce_old_nthreads_colon_nccl_failure": [(None, "failed", 2, None, 0, None, None)],
     "issue290_all_reduce_2node_16xH100_srun_label": [
         (
             None,
@@ -214,6 +226,15 @@ def test_errors_say_what_went_wrong() -> None:
     assert wrong[0].error == "out_of_bounds: 4 out-of-bounds values"  # "# Out of bounds values : 4 FAILED"
     busy = parse_nccl_runs((CASES / "nccl" / "issue369_all_reduce_cuda_busy_abort" / "input.txt").read_text())
     assert busy[0].error == "cuda_failure: common.cu:1304 'CUDA-capable device(s) is/are busy or unavailable'"
+
+
+def test_old_rccl_tests_header_and_one_line_rccl_version() -> None:
+    # ROCm/rccl#876: "# nThreads: 1 nGpus: 2 nRanks: 1 ..." and "RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8+".
+    case = "rccl_issue876_all_reduce_old_nthreads_colon_nccl_failure"
+    (run,) = parse_nccl_runs((CASES / "nccl" / case / "input.txt").read_text())
+    assert (run.tool, run.versions, run.n_threads, run.n_gpus) == ("rccl-tests", {"rccl": "2.17.1", "hip": "5.7"}, 1, 2)
+    assert [f.reason for f in run.failures] == ["nccl_failure", "aborted", "test_failure"]
+    assert run.detail == "common.cu:1285 'unhandled cuda error'"
 
 
 def test_launcher_prefixes_are_stripped() -> None:

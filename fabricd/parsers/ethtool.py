@@ -6,7 +6,9 @@ mapped or not (an unmapped one keeps its raw name, ``name`` None), its value in 
 base unit (microseconds of pause become seconds), and the ``priority`` label.
 
 Accepted shapes (real captures): with or without the ``NIC statistics:`` header and indentation, a
-leading ``# ethtool -S eth0`` comment or shell prompt (a ``| grep ...`` after it is fine), names with
+leading ``# ethtool -S eth0`` comment or shell prompt (``[root@host: ~]# sudo ethtool -S em1|grep rx``:
+a prompt with spaces, ``sudo``, a pipe with or without spaces; several commands in one paste, and the
+bare prompt left on the last line, are fine), names with
 spaces or dots (``duplicate metric``, ``port.rx_dropped``), ``ethtool -i`` lines in the same file
 (they name the driver), stray ``netlink error:`` lines. ``ERROR: <errno>`` alone is a driver refusal.
 """
@@ -27,7 +29,14 @@ class EthtoolReadError(Exception):
 
 _ERROR = re.compile(r"ERROR:\s*(\d{1,20})\s*")
 _STAT_LINE = re.compile(r"\s*(?P<name>\S.*?):\s+(?P<value>\d{1,20})\s*")
-_COMMAND = re.compile(r"(?:#|\S*[$#])\s*ethtool\s+(?:-S|--statistics)\s+(?P<ifname>\S+)")
+# A shell prompt as pasted with a capture: ``#``, ``$``, ``user@host:~$``, or a bracketed one with a
+# space in it, ``[root@xg-esm-data-2: ~]#`` (moooofly/MarkSomethingDown "Linux/ethtool 工具使用.md").
+_PROMPT = r"(?:\[[^\]]*\]|\S*)[$#%>]"
+# The interface ends at a pipe written without a space (``ethtool -S em1|grep tx_queue``, same file);
+# ``sudo`` may come before ``ethtool``; a command pasted without its prompt counts too.
+_COMMAND = re.compile(rf"(?:{_PROMPT})?\s*(?:sudo\s+)?ethtool\s+(?:-S|--statistics)\s+(?P<ifname>[^\s|;>]+)")
+# The prompt left alone on the last line of a pasted session (``[root@xg-esm-data-2: ~]#``).
+_BARE_PROMPT = re.compile(_PROMPT)
 _INFO_KEYS = frozenset(
     {
         "driver",
@@ -119,6 +128,13 @@ def stat(raw: str, value: int, driver: str = "") -> EthtoolStat:
     return EthtoolStat(raw, found.name, labels, int(converted) if converted.is_integer() else converted, found.unit)
 
 
+def _ignored(stripped: str) -> bool:
+    """Blank lines, comments, headers, ``ethtool -i`` lines and a bare shell prompt."""
+    if not stripped or stripped.startswith(("#", *_HEADERS)) or _BARE_PROMPT.fullmatch(stripped):
+        return True
+    return stripped.split(":")[0].lower() in _INFO_KEYS
+
+
 def parse_ethtool_stats(text: str, driver: str | None = None) -> EthtoolResult:
     """Every statistic of an ``ethtool -S`` capture, in text order; lines that are neither a
     statistic, a header, a command line nor an ``ethtool -i`` line are problems."""
@@ -135,7 +151,7 @@ def parse_ethtool_stats(text: str, driver: str | None = None) -> EthtoolResult:
             if m["name"] not in seen:  # a repeated name: the first one wins, as the collector does
                 seen.add(m["name"])
                 stats.append(stat(m["name"], int(m["value"]), driver or ""))
-        elif not stripped or stripped.startswith(("#", *_HEADERS)) or stripped.split(":")[0].lower() in _INFO_KEYS:
+        elif _ignored(stripped):
             continue
         else:
             problems.append(problem(number, "not an ethtool 'name: value' statistic", stripped))

@@ -9,13 +9,15 @@ own record and op. ``parse_nccl_output`` is the one-run form (the first run). No
   (``fabricd.parsers.launcher``); ``NCCL INFO``/``WARN`` lines, ssh warnings and X11 noise may appear
   anywhere, the table included, and are ignored.
 - A run starts at its first header line: ``# nccl-tests version`` / ``# rccl-tests version``,
-  ``# Collective test starting:``, or ``# nThread`` (older releases print only that one). A header
+  ``# Collective test starting:``, or ``# nThread`` (older releases print only that one; old rccl-tests
+  ``# nThreads: 1 nGpus: 2 nRanks: 1 ...``, with colons). A header
   kind seen again, or any header after the table began, starts the next run.
 - The op comes from the text (``# Collective test starting: all_reduce_perf``, or a ``*_perf`` word in
   a command line or banner before the run), else from the caller (file name, ``--op``).
 - Versions: the tests' own (``# nccl-tests version 2.18.0 nccl-headers=22907 nccl-library=22907``,
   ``rccl-tests: Version develop:83d38d9``), ``NCCL version 2.25.1+cuda12.8``, and RCCL's block
-  (``RCCL version : 2.27.7-HEAD:0d2c4fd``, ``HIP version  : ...``, ``ROCm version : ...``).
+  (``RCCL version : 2.27.7-HEAD:0d2c4fd``, ``HIP version  : ...``, ``ROCm version : ...``), or its
+  older one-line form ``RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8+``.
 - A failed or cut-short run is a record with its status and error, never an exception.
 
 The table itself (columns, units, ``-C``/``-I``/``-S``) is ``fabricd.parsers.nccl_table``.
@@ -56,13 +58,20 @@ _TESTS_VERSION = re.compile(r"#\s*(?P<tool>\S+)\s+version\s+(?P<version>\S+)(?P<
 _CODES = re.compile(r"(?P<lib>nccl|rccl)-library=(?P<code>\d{1,20})")
 _RCCL_TESTS = re.compile(r"rccl-tests:\s*Version\s+(\S+)")
 _START = re.compile(r"#\s*Collective test starting:\s*(\S+)")
-_PARAMS = re.compile(r"#\s*nThread\s+(\d{1,20})\s+nGpus\s+(\d{1,20})\s+minBytes\s+(\d{1,20})\s+maxBytes\s+(\d{1,20})")
+# Old rccl-tests print colons and the rank count: ``# nThreads: 1 nGpus: 2 nRanks: 1 minBytes: 8 maxBytes: ...``
+# (ROCm 5.7, ROCm/rccl#876, LeshengJin 2023-09-16).
+_PARAMS = re.compile(
+    r"#\s*nThreads?:?\s+(\d{1,20})\s+nGpus:?\s+(\d{1,20})\s+(?:nRanks:?\s+\d{1,20}\s+)?"
+    r"minBytes:?\s+(\d{1,20})\s+maxBytes:?\s+(\d{1,20})"
+)
 _RANK = re.compile(
     r"#\s*Rank\s+(\d{1,20})\s+(?:Group\s+\d{1,20}\s+)?Pid\s+\d{1,20}\s+on\s+(\S+)\s+device\s+(\d{1,20})\s+\[([^\]]*)\]\s+(.*?)\s*"
 )
 _OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\d{1,20})\s+(OK|FAILED)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(?P<nccl>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
+# RCCL before the ``RCCL version :`` block printed one line: ``RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8+``.
+_RCCL_LINE = re.compile(r"(?:.*\bNCCL INFO )?RCCL version\s+(?P<rccl>[\w.]+)(?:\+hip(?P<hip>[\d.]+))?(?:\s.*)?")
 _BLOCK = re.compile(r"(?:.*\bNCCL INFO )?(?P<what>RCCL|HIP|ROCm) version\s*:\s*(?P<version>\S+)")
 _CUDA_FAIL = re.compile(r"Test CUDA failure\s+(.*?)\s*$")
 _NCCL_FAIL = re.compile(r"Test NCCL failure\s+(.*?)\s*$")
@@ -241,6 +250,11 @@ def _other_line(state: _State, line: str) -> None:
     if m := _RCCL_TESTS.search(line):
         state.tool, state.version = "rccl-tests", m.group(1)
         state.versions["tests"] = m.group(1)
+    elif (m := _RCCL_LINE.fullmatch(line)) and not _BLOCK.fullmatch(line):
+        state.tool = "rccl-tests" if state.tool == "nccl-tests" else state.tool
+        state.versions["rccl"] = m["rccl"]
+        if m["hip"]:
+            state.versions["hip"] = m["hip"]
     elif m := _BLOCK.fullmatch(line):
         state.versions[m["what"].lower()] = m["version"]
         if m["what"] == "RCCL":
