@@ -45,6 +45,36 @@ def test_symbol_errors_blame_the_host_link() -> None:
     assert changes[-1].state is IncidentState.RESOLVED
 
 
+def test_two_isolated_bit_errors_in_two_5s_scrapes_are_not_a_lossy_link() -> None:
+    """One symbol error per 5 s scrape is 0.2/s, over the rule's 0.1/s: judged per scrape, two in a
+    row opened packet_loss on a healthy link (a random variant did, 115 s before its fault). The
+    rate is averaged over 30 s (rules/detection/loss.yaml): 4 errors in 30 s, whatever the interval."""
+    c = Cluster(NODES, hcas=2, interval=5.0)
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        hit = step(ts, c) in (10, 11) and node == "node-003" and hca == "mlx5_0"
+        return {"symbol_error": 0.2} if hit else {}
+
+    assert replay(engine(), c.rounds(40, port=port)) == []
+
+
+def test_a_failing_link_at_a_5s_scrape_opens_with_its_rate_per_second_in_the_summary() -> None:
+    c = Cluster(NODES, hcas=2, interval=5.0)
+
+    def port(ts: float, node: str, hca: str) -> Mapping[str, float | None]:
+        hit = 10 <= step(ts, c) < 30 and node == "node-003" and hca == "mlx5_0"
+        return {"symbol_error": 0.6} if hit else {}
+
+    changes = replay(engine(), c.rounds(40, port=port))
+    assert opened(changes) == [(IncidentKind.PACKET_LOSS, "node-003/mlx5_0~leaf-01")]
+    first = changes[0]
+    # 3 errors a scrape: the 30 s mean passes 0.1/s (more than 3 errors) at the second scrape.
+    assert first.started_ts == first.timeline[0][0] == c.start + 11 * c.interval
+    # The rate as a rate, the rule's 30 s mean: it read "30.0%" when a ratio was guessed from the
+    # threshold (< 1).
+    assert "phy_errors_per_second at 0.3/s on node-003" in first.summary
+
+
 def test_saturated_error_counter_raises_nothing() -> None:
     c = Cluster(NODES, hcas=2)
     # symbol_error stuck at 0xFFFF on one port: rate None every scrape, nothing can be concluded.

@@ -157,6 +157,14 @@ def _unit(signal: str) -> str:
     return found.unit if found is not None else ""
 
 
+def _quoted(top: Finding) -> str:
+    """The top finding's value in its signal's unit. Guessing a ratio from the threshold (< 1)
+    wrote 0.2 symbol errors a second as "20.0%"; a signal outside the table keeps that guess."""
+    unit = _unit(top.signal)
+    ratio = unit == "ratio" or (not unit and top.rule.condition.threshold < 1 and top.value <= 1)
+    return f"{top.value:.1%}" if ratio else units.quantity(top.value, unit)
+
+
 def affected_of(findings: Iterable[Finding]) -> list[str]:
     out: set[str] = set()
     for f in findings:
@@ -182,8 +190,7 @@ def proposal(
     pairs = sum(1 for f in findings if f.signal in PAIR_SIGNALS)
     nodes = len({f.node for f in findings})
     scope = f"{units.count(pairs, 'node pair') if pairs else units.count(nodes, 'node')} affected"
-    ratio = top.rule.condition.threshold < 1 and top.value <= 1
-    value = f"{top.value:.1%}" if ratio else units.quantity(top.value, _unit(top.signal))
+    value = _quoted(top)
     ambiguous = cluster is not None and cluster.ambiguous
     subject = cluster.subject if cluster is not None and ambiguous else element
     summary = f"{subject} {what} since {hhmm(started)} UTC, {scope}, {top.signal} at {value} on {top.node}"
