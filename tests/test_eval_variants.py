@@ -75,3 +75,27 @@ def test_one_isolated_bit_error_beside_a_lossy_links_sequence_errors_is_no_secon
     fault = {"kind": "lossy_link", "at": at, "start": "90s", "severity": 0.63, "load": 0.48}
     result = ev.evaluate(_variant("lossy-8", 20, "5s", topology, fault))
     assert _opened(result) == [("packet_loss", at)]
+
+
+def test_the_victims_of_a_congested_link_no_probe_pair_shows_are_not_stragglers() -> None:
+    """12 nodes, two a leaf, four spines: one probed pair crosses the congested link, under the pair
+    guard, so no congestion is reported. Every NCCL run across the link was slow, and three nodes
+    behind it, each slow with two partners in a row, opened ``straggler`` ("clean network"). Other
+    runs across the link, with none of them, were slow too: the slowness is shared, not a node's
+    (fabricd/detect/latency.py, ``_slow_elsewhere``). Only the fault's own incident may open."""
+    topology = {"nodes": 12, "hcas_per_node": 1, "nodes_per_leaf": 2, "spines": 4, "link_layer": "infiniband"}
+    at = "leaf-05~spine-04"
+    fault = {"kind": "congestion", "at": at, "start": "90s", "severity": 0.84, "load": 0.37}
+    result = ev.evaluate(_variant("congestion-12", 999, "5s", topology, fault))
+    assert set(_opened(result)) <= {("congestion", at)}
+
+
+def test_a_pfc_storm_whose_rules_run_out_with_the_pausing_roots_is_not_hol_blocking_too() -> None:
+    """At a 10 s scrape on a 6-node fabric the storm rule and the "pausing root" rule ran out in the
+    same scrape: the storm was proposed first, and the root's stalled pairs then opened HOL blocking
+    on the same port (fabricd/detect/hol.py, ``_storm_now``)."""
+    topology = {"nodes": 6, "hcas_per_node": 2, "nodes_per_leaf": 2, "spines": 3, "link_layer": "roce"}
+    at = "node-005/mlx5_1"
+    fault = {"kind": "pfc_storm", "at": at, "start": "180s", "severity": 0.76, "load": 0.73}
+    result = ev.evaluate(_variant("storm-6", 627, "10s", topology, fault))
+    assert _opened(result) == [("pfc_storm", at)]

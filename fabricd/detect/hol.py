@@ -127,8 +127,10 @@ def _hol(ctx: EvalContext) -> list[Proposal]:
         ctx.claim(victims)
         _claim_victims(ctx, {root} | {ctx.hca(f) for f in victims} | set(stalled), victims)
         return []
-    if root in ctx.open_elements.get(IncidentKind.PFC_STORM, set()):
-        # A storm winding down (the watchdog quiet, pauses still draining) is still that storm.
+    if root in ctx.open_elements.get(IncidentKind.PFC_STORM, set()) or _storm_now(ctx, root):
+        # A storm winding down (the watchdog quiet, pauses still draining) is still that storm, and
+        # so is one proposed in this same pass: at a 10 s scrape the storm and the "pausing root"
+        # rules can run out together, and the root's stalled pairs opened HOL beside the storm.
         ctx.claim(victims)
         ctx.claim(f for f in ctx.findings if ctx.hca(f) == root)
         return []
@@ -286,6 +288,12 @@ def _root(ctx: EvalContext, leaf: str | None, victims: set[str]) -> tuple[str | 
         if s > score:
             best, score = hca, s
     return best, score
+
+
+def _storm_now(ctx: EvalContext, root: str) -> bool:
+    """Whether ``_storms`` blamed ``root`` in this pass."""
+    key = ctx.blamed.get(root)
+    return key is not None and key.split(":", 1)[0] == IncidentKind.PFC_STORM.value
 
 
 def _storm_pending(ctx: EvalContext, root: str) -> bool:

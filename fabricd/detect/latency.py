@@ -175,6 +175,7 @@ def _stragglers(ctx: EvalContext) -> list[Proposal]:
         return []
     network = bool(ctx.blamed)  # a network root cause is being proposed right now
     faults = _fault_region(ctx)
+    slow_nodes = set(by_node) | {f.node for f in ctx.pending_of([IncidentKind.STRAGGLER]) if f.signal in SLOW_SIGNALS}
     out = []
     for node, found in sorted(by_node.items()):
         held = ctx.now - min(f.started_ts for f in found)
@@ -183,6 +184,8 @@ def _stragglers(ctx: EvalContext) -> list[Proposal]:
         ):
             continue
         if faults and _only_across(ctx, node, found, faults):
+            continue
+        if _slow_elsewhere(ctx, found, slow_nodes, faults):
             continue
         p = proposal(IncidentKind.STRAGGLER, node, None, found, "is a straggler (slow collectives, clean network)")
         p.candidates = [Candidate(node, 1.0, 1.0)]
@@ -223,6 +226,32 @@ def _only_across(ctx: EvalContext, node: str, found: Sequence[Finding], faults: 
         if clear and (slow_at is None or scores.get(ts, 0.0) > slow_at):
             return False
     return True
+
+
+def _slow_elsewhere(ctx: EvalContext, found: Sequence[Finding], slow_nodes: set[str], faults: set[str]) -> bool:
+    """Whether, since ``found`` began (and two intervals before), some NCCL run was slow that no
+    slow node took part in and no open network fault explains: then the slowness is shared.
+
+    A straggler is slow with every partner, and each partner is slow only in its run with it: every
+    slow run of the fleet has a slow node in it. A congested fabric link no probe pair shows slows
+    every run across it: a random variant (12 nodes, 2 a leaf) opened three stragglers on the two
+    leaves behind the link, each slow with two partners in a row across it, while other runs across
+    it, none with a slow node, were slow too. Such a node waits until the runs it shares the
+    slowness with leave the window (a hold, not a verdict: a straggler's partners move on)."""
+    slow_at = min((f.rule.condition.threshold for f in found if f.signal == "nccl_time_outlier"), default=None)
+    if slow_at is None:
+        return False  # efficiency alone: no per-run scores to compare
+    since = min(f.started_ts for f in found) - 2 * ctx.interval
+    loc = ctx.localizer
+    for other, runs in ctx.run_hosts.items():
+        scores = ctx.run_scores.get(other, {})
+        for ts, hosts in runs:
+            if ts < since or scores.get(ts, 0.0) <= slow_at or hosts & slow_nodes:
+                continue
+            if faults and any(loc.may_cross(a, b, faults) for a in hosts for b in hosts if a < b):
+                continue
+            return True
+    return False
 
 
 def _nodes_with_network_findings(ctx: EvalContext, node: str) -> bool:

@@ -1,0 +1,114 @@
+"""A live run's central database, replayed through the central's detection offline.
+
+``replay_stored`` feeds the stored batches to the service's own detector (``EngineDetector``, the
+topology the demo uploaded) in the order and at the times the central received them, ticking once
+a second in between as the detection loop does: what the live central saw, without the race of
+running it again. ``trim`` cuts a live run's database down to a fixture: the batches received up
+to a time, and only the series the detectors read.
+
+Regenerate a fixture: ``python -m tests.support.relive DATA_DIR/central/fabricd.db OUT.db END_TS``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabricd.model import IncidentState
+from fabricd.server import db
+from fabricd.server.detection import EngineDetector
+from fabricd.server.store.records import Keep, reads
+from fabricd.server.store.storage import Storage
+from fabricd.settings import ServerSettings
+
+TICK_SECONDS = 1.0  # the detection loop's step when nothing new arrived
+
+
+@dataclass(frozen=True)
+class Opened:
+    ts: float  # processing time it opened at
+    kind: str
+    element: str
+
+
+def replay_stored(path: Path) -> list[Opened]:
+    """Every incident opening, in order, of the central's detection over the stored batches."""
+    with sqlite3.connect(path) as con:
+        batches = con.execute("SELECT node, received_ts, samples FROM ingested_batches ORDER BY id").fetchall()
+    engine = db.make_engine(f"sqlite:///{path}")
+    db.prepare(engine)
+    try:
+        store = Storage.open(engine)
+        det = EngineDetector(ServerSettings(), store.topology)
+        det.expect(sorted({b[0] for b in batches}), batches[0][1])
+        inputs = det.inputs()
+        keep = Keep(inputs) if inputs is not None else None
+        out: list[Opened] = []
+        cursor, tick = 0, batches[0][1]
+        for _, received, count in batches:
+            while tick + TICK_SECONDS < received:
+                tick += TICK_SECONDS
+                out += _opened(det.deliver([], tick, True), tick)
+            deliveries, cursor = store.stream.read(cursor, count, keep=keep)
+            out += _opened(det.deliver(deliveries, received, True), received)
+        return out
+    finally:
+        engine.dispose()
+
+
+def _opened(changed: list, now: float) -> list[Opened]:  # type: ignore[type-arg]
+    return [
+        Opened(now, inc.kind.value, inc.element)
+        for inc in changed
+        if inc.state is IncidentState.OPEN and inc.timeline[-1][1].startswith("opened")
+    ]
+
+
+def trim(src: Path, dst: Path, end_ts: float) -> None:
+    """Copy ``src`` to ``dst`` keeping the batches received up to ``end_ts`` and, of their points,
+    those of the series the detectors read, renumbered so each batch is its next ``samples`` points."""
+    shutil.copy(src, dst)
+    engine = db.make_engine(f"sqlite:///{dst}")
+    try:
+        store = Storage.open(engine)
+        inputs = EngineDetector(ServerSettings(), store.topology).inputs()
+        with sqlite3.connect(dst) as con:
+            sids = [r[0] for r in con.execute("SELECT id FROM series")]
+            idents = {}
+            for k in range(0, len(sids), 1000):
+                idents.update(store.stream.identities.of(set(sids[k : k + 1000])))
+            kept = [(sid,) for sid, (_, reading) in idents.items() if inputs is None or reads(inputs, reading)]
+            _cut(con, kept, end_ts)
+        with sqlite3.connect(dst) as con:
+            con.execute("VACUUM")
+    finally:
+        engine.dispose()
+
+
+def _cut(con: sqlite3.Connection, kept: list[tuple[int]], end_ts: float) -> None:
+    rows = con.execute("SELECT id, samples, received_ts FROM ingested_batches ORDER BY id").fetchall()
+    ranges, upto = [], 0
+    for bid, n, received in rows:  # one writer: a batch's points are consecutive ids
+        if received <= end_ts:
+            ranges.append((bid, upto, upto + n))
+        upto += n
+    con.execute("CREATE TEMP TABLE keep (id INTEGER PRIMARY KEY)")
+    con.executemany("INSERT INTO keep VALUES (?)", kept)
+    con.execute("DELETE FROM points WHERE id > ? OR series_id NOT IN (SELECT id FROM keep)", (ranges[-1][2],))
+    con.execute("DELETE FROM ingested_batches WHERE id > ?", (ranges[-1][0],))
+    for bid, lo, hi in ranges:
+        n = con.execute("SELECT count(*) FROM points WHERE id > ? AND id <= ?", (lo, hi)).fetchone()[0]
+        con.execute("UPDATE ingested_batches SET samples = ? WHERE id = ?", (n, bid))
+    con.execute("DELETE FROM incidents")
+    con.execute("DELETE FROM cursors")
+    cols = "series_id, ts, value, rate, status, since, step"
+    con.execute("CREATE TEMP TABLE kept_points AS SELECT * FROM points ORDER BY id")
+    con.execute("DELETE FROM points")
+    con.execute(f"INSERT INTO points ({cols}) SELECT {cols} FROM kept_points ORDER BY id")
+
+
+if __name__ == "__main__":
+    trim(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
