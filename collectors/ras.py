@@ -21,7 +21,8 @@ from pydantic import Field, field_validator
 
 from fabricd.collector import CollectorContext, CollectorFactories, CollectorOptions
 from fabricd.model import Kind, Reading, labels_of
-from fabricd.ras import RasReport, ask_status, check_version, parse_status
+from fabricd.parsers.ras import RasReport, parse_status
+from fabricd.ras import ask_status, check_version
 
 log = logging.getLogger("fabricd.collectors.ras")
 SOURCE = "ras"

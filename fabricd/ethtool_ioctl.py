@@ -78,7 +78,8 @@ _NOT_SUPPORTED = {errno.EOPNOTSUPP, errno.ENODEV, errno.EINVAL}
 
 
 def _cstr(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode(errors="replace")
+    # rstrip: cxgb4 pads its statistics names with blanks (kernel commit 0bf9a7d6174f, v4.5)
+    return raw.split(b"\0", 1)[0].decode(errors="replace").rstrip()
 
 
 class EthtoolIoctl:

@@ -1,11 +1,9 @@
-"""NCCL RAS status, asked and parsed: the protocol of NCCL's ``ncclras`` client and its text report.
+"""NCCL RAS status, asked: the protocol of NCCL's ``ncclras`` client (its report is parsed by
+``fabricd/parsers/ras.py``).
 
 NCCL (since 2.24.3) listens for RAS clients on ``localhost:28028``. The exchange, as
 ``src/ras/client.cc`` in NVIDIA/nccl does it: send ``CLIENT PROTOCOL <n>``, read ``SERVER PROTOCOL
-<n>``, send ``STATUS``, read the report until the job closes the connection. The text report starts
-with ``NCCL version X.Y.Z compiled with CUDA ...`` and has a ``Job summary`` table, a
-``Communicators`` table (per group: comms, nodes, ranks per node, ranks per comm, ranks in group,
-status, errors) and ``Errors`` / ``Warnings`` sections.
+<n>``, send ``STATUS``, read the report until the job closes the connection.
 
 Polling RAS has crashed or corrupted jobs: 2.26.2 during communicator initialization
 (NVIDIA/nccl#1669), 2.26.5 polled in a loop (#1718), 2.27.3 at 128 GPUs (#1762); 2.27.7 (#1996) and
@@ -18,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass, field
 
 CLIENT_PROTOCOL = 2
 MIN_VERSION = (2, 28, 3)  # the first NCCL with Inspector; every RAS crash report above is older or listed
@@ -31,7 +28,6 @@ REFUSED = {
 }
 MAX_REPORT_BYTES = 4 << 20
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
-_GROUP_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([A-Z_]+)\s+(\S+)\s*$")
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
@@ -51,47 +47,6 @@ def check_version(text: str) -> str:
         low = ".".join(map(str, MIN_VERSION))
         raise ValueError(f"NCCL {text}: RAS is polled only from {low} (older versions crashed when polled)")
     return text
-
-
-@dataclass(frozen=True, slots=True)
-class CommGroup:
-    group: int
-    comms: int
-    nodes: int
-    ranks_per_node: int
-    ranks_per_comm: int
-    ranks: int
-    status: str
-    errors: str
-
-
-@dataclass(slots=True)
-class RasReport:
-    version: str = ""
-    groups: list[CommGroup] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # lines of the Errors section
-    warnings: list[str] = field(default_factory=list)
-
-
-def parse_status(text: str) -> RasReport:
-    """The text report of ``STATUS``."""
-    report, section = RasReport(), ""
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("NCCL version "):
-            report.version = stripped.split()[2]
-        elif stripped in ("Job summary", "Errors", "Warnings") or stripped.startswith("Communicators"):
-            section = stripped.split()[0].rstrip(".")
-        elif set(stripped) <= {"="} or not stripped:
-            continue
-        elif section == "Communicators" and (m := _GROUP_ROW.match(line)):
-            n = [int(x) for x in m.groups()[:6]]
-            report.groups.append(CommGroup(n[0], n[1], n[2], n[3], n[4], n[5], m.group(7), m.group(8)))
-        elif section == "Errors":
-            report.errors.append(stripped)
-        elif section == "Warnings":
-            report.warnings.append(stripped)
-    return report
 
 
 async def ask_status(host: str, port: int, timeout_seconds: float) -> str:

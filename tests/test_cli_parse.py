@@ -27,6 +27,7 @@ MULTI = CASES / "nccl" / "assembled_three_runs_with_banners" / "input.txt"
 PERF_E = CASES / "ibfabric" / "perfquery_E_0x7cfe9003009ce5b0_1" / "input.txt"
 IBQ = CASES / "ibqueryerrors" / "linux_rdma_2021_sx6036_saturated" / "input.txt"
 MAN = CASES / "ibfabric" / "ibnetdiscover_topology_rdma_core_man" / "input.txt"
+OCI = CASES / "nccl" / "oci_all_reduce_2node_16xA100_rdma" / "input.txt"
 
 
 def fabricd(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -331,6 +332,107 @@ def test_sysfs_root_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
         ]
     }
     assert (code, err) == (0, "")
+
+
+RAS_OK = CASES / "ras" / "issue1730_nccl2.26.2" / "status.txt"
+RAS_RANGE = CASES / "ras" / "nccl_docs_ras_incomplete_ranks_per_node_range" / "status.txt"
+
+
+def test_ras_status_report_one_record_per_file_and_a_group_with_errors_exits_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = fabricd(capsys, "ras", RAS_OK)
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema("ras"))
+    assert doc == [
+        {
+            "file": str(RAS_OK),
+            "nccl_version": "2.26.2",
+            "groups": [
+                {
+                    "group": 0,
+                    "comms": 1,
+                    "nodes": 32,
+                    "ranks_per_node": 8,
+                    "ranks_per_comm": 256,
+                    "ranks": 256,
+                    "status": "RUNNING",
+                    "errors": "OK",
+                    "ranks_per_node_max": None,
+                }
+            ],
+            "errors": [],
+            "warnings": [],
+        }
+    ]
+    assert (code, err) == (0, "")
+    # "Ranks per node" 7-8 (the NCCL docs' INCOMPLETE example): a range, and an error, so exit 1
+    code, out, err = fabricd(capsys, "ras", RAS_RANGE, "--format", "csv")
+    assert out.splitlines() == [
+        "file,nccl_version,group,comms,nodes,ranks_per_node,ranks_per_node_max,ranks_per_comm,ranks,status,errors",
+        f"{RAS_RANGE},,0,1,4,7,8,32,32,RUNNING,INCOMPLETE",
+    ]
+    assert (code, err) == (1, "")
+
+
+def test_ras_on_something_else_is_a_failure_record_not_an_empty_report(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = fabricd(capsys, "ras", MLX4)
+    assert json.loads(out) == [{"file": str(MLX4), "nccl_version": None, "groups": [], "errors": [], "warnings": []}]
+    (record,) = [json.loads(line) for line in err.splitlines()]
+    assert record == {
+        "file": str(MLX4),
+        "line": 0,
+        "error": "not an NCCL RAS status report (ncclras): this is ethtool -S statistics; "
+        "read it with `fabricd parse ethtool`",
+        "text": "# ethtool -S eth1 | grep prio_3",
+    }
+    assert code == 1
+
+
+def test_nccl_given_a_ras_report_is_a_failed_run_naming_parse_ras(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = fabricd(capsys, "nccl", RAS_OK)
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema("nccl"))
+    assert doc == [
+        {
+            "file": str(RAS_OK),
+            "op": None,
+            "tool": "nccl-tests",
+            "versions": {"nccl": "2.26.2"},  # "NCCL version 2.26.2 compiled with CUDA 12.4"
+            "status": "failed",  # was "truncated", error "aborted: no result table"
+            "error": "other_kind: not NCCL-tests output: this is an NCCL RAS status report (ncclras); "
+            "read it with `fabricd parse ras`",
+            "nranks": None,
+            "avg_busbw_gbps": None,
+            "rows": [],
+        }
+    ]
+    assert (code, err) == (1, "")
+
+
+def test_ras_given_an_nccl_tests_log_fails_naming_parse_nccl(capsys: pytest.CaptureFixture[str]) -> None:
+    # Its "NCCL version 2.25.1+cuda12.8" line was read as a report's version: exit 0, no group, no failure.
+    code, out, err = fabricd(capsys, "ras", OCI)
+    assert json.loads(out) == [{"file": str(OCI), "nccl_version": None, "groups": [], "errors": [], "warnings": []}]
+    (record,) = [json.loads(line) for line in err.splitlines()]
+    assert record["error"] == (
+        "not an NCCL RAS status report (ncclras): this is NCCL-tests output; read it with `fabricd parse nccl`"
+    )
+    assert code == 1
+
+
+def test_perfquery_given_an_ethtool_dump_is_one_failure_not_one_per_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = fabricd(capsys, "perfquery", MLX4, PERF_E)
+    assert [p["port"] for p in json.loads(out)["ports"]] == [1]  # the perfquery file still parses
+    assert [json.loads(line) for line in err.splitlines()] == [
+        {
+            "file": str(MLX4),
+            "line": 0,
+            "error": "not perfquery output: this is ethtool -S statistics; read it with `fabricd parse ethtool`",
+            "text": "# ethtool -S eth1 | grep prio_3",
+        }
+    ]
+    assert code == 1
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -206,6 +206,11 @@ def test_parser_quirks() -> None:
     assert parse_ethtool_s("# ethtool -S x\nnetlink error: Operation not permitted\n[3]: rx_ucast_packets: 7") == {
         "[3]: rx_ucast_packets": 7
     }
+    # cxgb4 pads its names to align the columns (kernel commit 0bf9a7d6174f): the blanks are not the name's
+    assert parse_ethtool_s("NIC statistics:\n     tx_octets_ok        : 5\n     rx_frames_ok  : 2\n") == {
+        "tx_octets_ok": 5,
+        "rx_frames_ok": 2,
+    }
     with pytest.raises(EthtoolReadError):
         parse_ethtool_s("ERROR: 95")
 

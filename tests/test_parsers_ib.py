@@ -3,15 +3,25 @@ hand; failures as problems; no input making them raise."""
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fabricd.parsers.common import Problem
-from fabricd.parsers.ibqueryerrors import parse_ibqueryerrors
+from fabricd.parsers.ibnetdiscover import parse_ibnetdiscover
+from fabricd.parsers.ibqueryerrors import Summary, parse_ibqueryerrors
+from fabricd.parsers.ibtracert import parse_ibtracert
 from fabricd.parsers.perfquery import PortCounters, parse_perfquery_text, ports
 from tests.helpers import CASES
 
 IBQ = CASES / "ibqueryerrors"
+PERFQUERY_CASES = sorted(p for p in (CASES / "perfquery").iterdir() if p.is_dir())
+UPDATE = os.environ.get("UPDATE_GOLDEN", "") == "1"
 SX = "MF0;ys23ib4:SX6036/U1"
 SWITCH = "0x0002c903006e29b0"
 
@@ -80,6 +90,19 @@ def test_ibqueryerrors_details_data_report_port_and_suppression() -> None:
     assert got.summary.suppressed == ["PortRcvSwitchRelayErrors"]
 
 
+def test_ibqueryerrors_capture_starting_with_its_command_line() -> None:
+    # guilbaults/infiniband-exporter#48: "# ibqueryerrors --verbose ... -G 0xb8cef60300a1d92a", a node
+    # without errors. The command line was a problem (exit 1 for a good capture).
+    got = parse_ibqueryerrors(text("ibqueryerrors", "exporter_issue48_clean_node_with_command_line"))
+    assert (got.ports, got.problems) == ([], [])
+    names = "SymbolErrorCounter LinkErrorRecoveryCounter LinkDownedCounter PortRcvErrors PortRcvRemotePhysicalErrors"
+    names += " PortRcvSwitchRelayErrors PortXmitDiscards PortXmitConstraintErrors PortRcvConstraintErrors"
+    names += " LocalLinkIntegrityErrors ExcessiveBufferOverrunErrors VL15Dropped PortXmitWait"
+    assert got.summary == Summary(1, 0, 1, 0, 0, dict.fromkeys(names.split(), 0), [])
+    for command in ("$ sudo ibqueryerrors -c", "[root@sm01 ~]# /usr/sbin/ibqueryerrors --data"):
+        assert parse_ibqueryerrors(command + "\n## Summary: 3 nodes checked, 0 bad nodes found\n").problems == []
+
+
 def test_ibqueryerrors_failures_are_problems() -> None:
     got = parse_ibqueryerrors(
         "ibwarn: [4242] query_and_dump: PortRcvErrorDetails query failed on sw1, Lid 3 port 7\n"
@@ -140,3 +163,58 @@ def test_no_text_makes_the_ibstat_parsers_raise(junk: str) -> None:
     parse_ibstat("CA 'mlx5_0'\n Port 1:\n  Base lid: ²\n  Rate: ٣\n" + junk)  # unicode digits are not numbers
     [port] = parse_ibstatus("Infiniband device 'mlx5_0' port 1 status:\n\tbase lid:\t 0xzz\n")
     assert port.lid is None
+
+
+def test_plain_perfquery_with_the_old_libibmad_names() -> None:
+    # TACC/tacc_stats st_ib.c (2011): "# Port counters:" (PortCounters, no -x) and OFED 1.4 names.
+    result = parse_perfquery_text(text("perfquery", "tacc_stats_2011_ofed14_old_names"))
+    assert result.problems == []
+    [block] = result.blocks
+    assert (block.attribute, block.lid, block.port, block.cap_mask2) == ("basic", 936, 1, None)
+    [port] = ports(result.blocks)
+    assert port.counters["port_transmit_data"] == 905972985 * 4  # XmtData: words of 4 octets
+    assert port.counters["port_receive_data"] == 2411533950 * 4
+    assert (port.counters["port_transmit_packets"], port.counters["port_receive_packets"]) == (22945597, 26264095)
+    errors = {k: v for k, v in port.counters.items() if "data" not in k and "packets" not in k}
+    assert len(errors) == 12 and set(errors.values()) == {0}  # SymbolErrors .. VL15Dropped
+    assert port.saturated == []
+
+
+def test_plain_perfquery_data_counters_are_32_bit_and_saturate() -> None:
+    # PortCounters' PortXmitData is 32 bits (IBA 16.1.3.5): all ones means it stopped counting.
+    block = "# Port counters: Lid 7 port 1\nPortXmitData:....................4294967295\n"
+    [port] = ports(parse_perfquery_text(block).blocks)
+    assert port.saturated == ["port_transmit_data"]
+    extended = block.replace("Port counters", "Port extended counters")
+    assert ports(parse_perfquery_text(extended).blocks)[0].saturated == []
+
+
+@pytest.mark.parametrize("case", PERFQUERY_CASES, ids=[p.name for p in PERFQUERY_CASES])
+def test_perfquery_case_matches_expected(case: Path) -> None:
+    result = parse_perfquery_text((case / "input.txt").read_text())
+    got = {
+        "blocks": [asdict(b) for b in result.blocks],
+        "ports": [asdict(p) for p in ports(result.blocks)],
+        "problems": [asdict(p) for p in result.problems],
+    }
+    if UPDATE:
+        (case / "expected.json").write_text(json.dumps(got, indent=1) + "\n")
+    assert got == json.loads((case / "expected.json").read_text())
+
+
+PROMPTS = ("# ", "$ ", "[root@sm01 ~]# ", "user@host:~$ sudo /usr/sbin/")
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_a_capture_pasted_with_its_command_line_parses_as_without_it(prompt: str) -> None:
+    # STYLE.md: a capture starts with the command that made it; it used to be "not a ... line".
+    cases = [
+        ("perfquery -x 2052 1", "ibfabric/perfquery_x_0x506b4b03005c2740", parse_perfquery_text),
+        ("ibnetdiscover -p", "ibfabric/ibnetdiscover_test", parse_ibnetdiscover),
+        ("ibtracert -G 0x001175000077ef9e 0x001175000077a00e", "ibtracert/llnl_oms_hype", parse_ibtracert),
+        ("ibqueryerrors", "ibqueryerrors/linux_rdma_2021_sx6036_saturated", parse_ibqueryerrors),
+    ]
+    for command, case, parse in cases:
+        bare = (CASES / case / "input.txt").read_text()
+        assert parse(f"{prompt}{command}\n{bare}") == parse(bare), case
+        assert parse(bare).problems == [], case

@@ -115,6 +115,22 @@ EXPECTED: dict[str, list[Run]] = {
         ),
     ],
     "issue369_all_reduce_cuda_busy_abort": [("all_reduce", "failed", 8, None, 0, None, None)],
+    # NVIDIA/nccl-tests#287: a table header and no row, then the failure (NCCL_DEBUG=INFO log around it).
+    "issue287_all_reduce_2x5090_nccl_debug_info_nccl_failure": [("all_reduce", "failed", 2, None, 0, None, None)],
+    "issue287_alltoall_5090_nccl_debug_info_hash_no_space_cuda_failure": [
+        ("alltoall", "failed", 1, None, 0, None, None),  # op from "./alltoall_perf" on the prompt line
+    ],
+    "issue287_all_reduce_1x5090_inplace_no_copy_avg_zero": [  # 1 GPU: busbw 0, in-place algbw in the millions
+        (
+            "all_reduce",
+            "ok",
+            1,
+            0.0,
+            25,
+            (8, 2, "float", "sum", -1, 5.63, 0.00, 0.00, 0, 0.20, 0.04, 0.00, 0),
+            (134217728, 33554432, "float", "sum", -1, 175.6, 764.34, 0.00, 0, 0.08, 1777718.25, 0.00, 0),
+        ),
+    ],
     "issue369_all_reduce_wrong_failed": [
         (
             "all_reduce",
@@ -185,6 +201,20 @@ EXPECTED: dict[str, list[Run]] = {
             (4194304, 1048576, "float", "sum", -1, 52.70, 79.59, 79.59, 0, 52.41, 80.03, 80.03, 0),
         ),
     ],
+    # Two processes each printing the run header (nccl-tests#213, #306): one failed run, not two.
+    "issue213_all_reduce_two_unconnected_processes_headers": [(None, "failed", 4, None, 0, None, None)],
+    "issue306_two_unconnected_processes_repeated_ranks": [(None, "failed", 8, None, 0, None, None)],
+    "coreweave_pr43_all_reduce_gb200_nvl72_trimmed": [
+        (
+            None,
+            "ok",
+            1,  # the paste keeps one "# Rank" line (Rank 71)
+            745.53,
+            5,
+            (536870912, 134217728, "float", "sum", -1, 1806.7, 297.16, 586.06, 0, 1835.9, 292.43, 576.74, 0),
+            (8589934592, 2147483648, "float", "sum", -1, 20299, 423.16, 834.57, 0, 20006, 429.37, 846.82, 0),
+        )
+    ],
 }
 
 
@@ -213,7 +243,9 @@ def summary(case: str) -> list[Run]:
 
 
 def test_every_nccl_fixture_has_hand_written_expectations() -> None:
-    assert set(EXPECTED) == {p.name for p in (CASES / "nccl").iterdir() if p.is_dir()}
+    from tests.test_parsers_nccl_old import OLD_FORMATS  # the cases of old releases and lost "#"s
+
+    assert set(EXPECTED) | set(OLD_FORMATS) == {p.name for p in (CASES / "nccl").iterdir() if p.is_dir()}
 
 
 def test_each_fixture_gives_the_runs_and_values_its_text_shows() -> None:
@@ -235,6 +267,45 @@ def test_old_rccl_tests_header_and_one_line_rccl_version() -> None:
     assert (run.tool, run.versions, run.n_threads, run.n_gpus) == ("rccl-tests", {"rccl": "2.17.1", "hip": "5.7"}, 1, 2)
     assert [f.reason for f in run.failures] == ["nccl_failure", "aborted", "test_failure"]
     assert run.detail == "common.cu:1285 'unhandled cuda error'"
+
+
+def test_nccl_version_from_the_info_line_under_nccl_debug_info() -> None:
+    # NCCL_DEBUG=INFO prints "host:pid:tid [0] NCCL INFO NCCL version 2.25.1+cuda12.8", not the bare line.
+    for case, cuda in (
+        ("issue287_all_reduce_2x5090_nccl_debug_info_nccl_failure", "12.8"),
+        ("issue287_alltoall_5090_nccl_debug_info_hash_no_space_cuda_failure", "12.4"),
+    ):
+        (run,) = parse_nccl_runs((CASES / "nccl" / case / "input.txt").read_text())
+        assert run.versions == {"nccl": "2.25.1", "cuda": cuda}, case
+    (busy,) = parse_nccl_runs(
+        (CASES / "nccl" / "issue287_all_reduce_2x5090_nccl_debug_info_nccl_failure" / "input.txt").read_text()
+    )
+    assert busy.error == "nccl_failure: common.cu:392 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '"
+    assert [(r.host, r.device, r.bus_id) for r in busy.ranks] == [("GENOA-06", 0, "0x21"), ("GENOA-06", 1, "0x61")]
+    (a2a,) = parse_nccl_runs(
+        (CASES / "nccl" / "issue287_alltoall_5090_nccl_debug_info_hash_no_space_cuda_failure" / "input.txt").read_text()
+    )
+    # "#nThread 1 nGpus 1 ..." and "#Rank  0 Group ..." without the blank after "#" are still headers.
+    assert (a2a.n_threads, a2a.n_gpus, a2a.ranks[0].bus_id) == (1, 1, "0000:16:00")
+    assert a2a.error == "cuda_failure: common.cu:297 'an illegal memory access was encountered'"
+
+
+def test_unconnected_processes_are_one_failed_run() -> None:
+    # nccl-tests#213: the header twice, then one process's ranks; #306: ranks 0-7 of node3, then
+    # ranks 0-4 of node2 (the excerpt's end). Before: two "truncated" runs, the second of 13 ranks.
+    (run,) = parse_nccl_runs(
+        (CASES / "nccl" / "issue213_all_reduce_two_unconnected_processes_headers" / "input.txt").read_text()
+    )
+    assert (run.status, run.error) == ("failed", "unconnected: 2 processes each printed their own run header")
+    assert [r.host for r in run.ranks] == ["hw14"] * 4
+    (run,) = parse_nccl_runs(
+        (CASES / "nccl" / "issue306_two_unconnected_processes_repeated_ranks" / "input.txt").read_text()
+    )
+    assert run.error == "unconnected: 2 processes each printed their own run header; rank 0 is listed 2 times"
+    assert (run.nranks, len(run.ranks), sorted({r.host for r in run.ranks})) == (8, 13, ["node2", "node3"])
+    # A header repeated after a table, or after other lines, is still a new run.
+    one = "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+    assert len(parse_nccl_runs(one + "x: Test CUDA failure common.cu:1 'boom'\n" + one)) == 2
 
 
 def test_launcher_prefixes_are_stripped() -> None:

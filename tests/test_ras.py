@@ -9,7 +9,8 @@ import pytest
 
 from collectors.ras import RasCollector, RasFactories
 from fabricd.collector import CollectorConfigError, build
-from fabricd.ras import CommGroup, check_version, parse_status
+from fabricd.parsers.ras import CommGroup, parse_status
+from fabricd.ras import check_version
 from tests.helpers import CASES
 
 REPORT = (CASES / "ras" / "issue1730_nccl2.26.2" / "status.txt").read_text()
@@ -21,6 +22,52 @@ def test_the_report_of_a_256_gpu_job() -> None:
     assert report.version == "2.26.2"
     assert report.groups == [CommGroup(0, 1, 32, 8, 256, 256, "RUNNING", "OK")]
     assert report.errors == [] and report.warnings == []
+
+
+def test_a_mismatch_and_its_warning_lines() -> None:
+    # NVIDIA/nccl#1911: 2 of 32 ranks one AllGather ahead; the details are under Warnings.
+    report = parse_status((CASES / "ras" / "issue1911_nccl2.26.2_mismatch_warning" / "status.txt").read_text())
+    assert report.version == "2.26.2"
+    assert report.groups == [CommGroup(0, 1, 4, 8, 32, 32, "RUNNING", "MISMATCH")]
+    assert report.errors == []
+    assert report.warnings == [
+        "#0-0 (fa93daea854b060b) MISMATCH",
+        "Communicator ranks have different AllGather operation counts",
+        "30 ranks have launched up to operation 640",
+        "2 ranks have launched up to operation 641",
+        "Rank 12 -- GPU 4 managed by process 323032 on node 10.137.190.124",
+        "Rank 13 -- GPU 5 managed by process 323033 on node 10.137.190.124",
+    ]
+
+
+def test_a_job_summary_per_node_type_and_a_nocomm_group() -> None:
+    # NVIDIA/nccl#1762 (excerpt): node types listed one per row, then totals; NOCOMM with zeros.
+    report = parse_status((CASES / "ras" / "issue1762_nccl2.27.3_node_types_nocomm" / "status.txt").read_text())
+    assert report.version == "2.27.3"
+    assert report.groups == [
+        CommGroup(0, 1, 1, 1, 2, 1, "RUNNING", "INCOMPLETE"),
+        CommGroup(1, 4, 1, 1, 2, 1, "RUNNING", "MISMATCH"),
+        CommGroup(2, 4, 0, 0, 0, 0, "NOCOMM", "INCOMPLETE,MISMATCH"),
+    ]
+    assert report.errors == [
+        "INCOMPLETE",
+        "Missing communicator data from 1 job process",
+        "Process 60004 on node 10.4.109.13 managing GPU 0",
+        "#0-0 (b3398875b8b2a063) INCOMPLETE",
+        "Missing communicator data from 1 rank",
+        "Rank 1 -- GPU 0 managed by process 60004 on node 10.4.109.13",
+    ]
+    assert report.warnings == []
+
+
+def test_ranks_per_node_as_a_range() -> None:
+    # The NCCL RAS docs' INCOMPLETE sample: "7-8" ranks per node (client_support.cc "%d-%d").
+    text = (CASES / "ras" / "nccl_docs_ras_incomplete_ranks_per_node_range" / "status.txt").read_text()
+    report = parse_status(text)
+    assert report.version == ""
+    assert report.groups == [CommGroup(0, 1, 4, 7, 32, 32, "RUNNING", "INCOMPLETE", ranks_per_node_max=8)]
+    assert report.errors[-1] == "The missing rank: 21" and len(report.errors) == 6
+    assert report.warnings == ["TIMEOUT", "Encountered 2 communication timeouts while gathering communicator data"]
 
 
 @pytest.mark.parametrize(

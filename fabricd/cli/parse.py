@@ -1,11 +1,11 @@
 """``fabricd parse KIND FILE... [--format json|csv|table]``: what real clusters print, as data.
 
-KIND is one of ``nccl``, ``ethtool``, ``perfquery``, ``ibqueryerrors``, ``ibnetdiscover``, ``ibtracert``, ``sysfs``
-(FILE is then a root folder); ``-`` reads stdin. The parsers are ``fabricd.parsers`` (the ones the
+KIND is one of ``nccl``, ``ethtool``, ``perfquery``, ``ibqueryerrors``, ``ibnetdiscover``, ``ibtracert``,
+``ras`` (NCCL RAS status), ``sysfs`` (FILE is then a root folder); ``-`` reads stdin. The parsers are ``fabricd.parsers`` (the ones the
 collectors use); the shapes are ``fabricd.parsers.records`` (pinned, docs/parse.md). Exit status: 0
 when everything parsed, 1 when an input parsed with failures (each printed to stderr as a JSON
 record ``{"file", "line", "error", "text"}``; a failed NCCL run is also a record in the output,
-with its status and error), 2 on usage errors (unknown KIND or format, a FILE that cannot be read).
+with its status and error, and so is a RAS communicator group with errors), 2 on usage errors (unknown KIND or format, a FILE that cannot be read).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fabricd.parsers import records
-from fabricd.parsers.common import Problem
+from fabricd.parsers import records, sniff
+from fabricd.parsers.common import Problem, problem
 
-KINDS = ("nccl", "ethtool", "perfquery", "ibqueryerrors", "ibnetdiscover", "ibtracert", "sysfs")
+KINDS = ("nccl", "ethtool", "perfquery", "ibqueryerrors", "ibnetdiscover", "ibtracert", "ras", "sysfs")
 FORMATS = ("json", "csv", "table")
 SYSFS_PLACES = ("class/infiniband", "sys/class/infiniband")
 MAX_SYSFS_FILE_BYTES = 4096  # sysfs attribute files are one page at most
@@ -41,7 +41,8 @@ Parsed = tuple[Any, list[records.Row], list[Failure]]  # (JSON document, CSV row
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "parse",
-        help="parse NCCL/RCCL-tests logs, ethtool -S, perfquery, ibqueryerrors, ibnetdiscover, ibtracert or a sysfs tree",
+        help="parse NCCL/RCCL-tests logs, ethtool -S, perfquery, ibqueryerrors, ibnetdiscover, ibtracert, "
+        "NCCL RAS status or a sysfs tree",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -62,8 +63,16 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(render(doc, rows, COLUMNS[args.kind], args.format))
     for file, p in failures:
         print(json.dumps({"file": file, "line": p.line, "error": p.message, "text": p.text}), file=sys.stderr)
-    failed_runs = args.kind == "nccl" and any(r["status"] != "ok" for r in doc)
-    return 1 if failures or failed_runs else 0
+    return 1 if failures or _failed(args.kind, doc) else 0
+
+
+def _failed(kind: str, doc: Any) -> bool:
+    """A failed NCCL run, or a RAS communicator group with errors: data, and still a failure."""
+    if kind == "nccl":
+        return any(r["status"] != "ok" for r in doc)
+    if kind == "ras":
+        return any(g["errors"] != "OK" for report in doc for g in report["groups"])
+    return False
 
 
 def render(doc: Any, rows: list[records.Row], columns: Sequence[str], fmt: str) -> str:
@@ -94,6 +103,16 @@ def read_text(file: str) -> str:
         return Path(file).read_bytes().decode("utf-8", "replace")
     except OSError as exc:
         raise UsageError(f"{file}: {exc.strerror or exc}") from exc
+
+
+def own_text(kind: str, file: str, failures: list[Failure]) -> str | None:
+    """The file's text, or ``None`` when it is another tool's output: then one failure names what it is
+    and the KIND that reads it (``fabricd.parsers.sniff``), instead of one per line it cannot read."""
+    text = read_text(file)
+    if why := sniff.other_kind(text, kind):
+        failures.append((file, problem(0, why, next((s for s in text.splitlines() if s.strip()), ""))))
+        return None
+    return text
 
 
 def sysfs_files(root: str) -> dict[str, str]:
@@ -136,22 +155,28 @@ def parse_nccl(args: argparse.Namespace) -> Parsed:
 def parse_ethtool(args: argparse.Namespace) -> Parsed:
     from fabricd.parsers.ethtool import parse_ethtool_stats
 
-    docs, rows, failures = [], [], []
+    docs: list[dict[str, Any]] = []
+    rows: list[records.Row] = []
+    failures: list[Failure] = []
     for file in args.files:
-        result = parse_ethtool_stats(read_text(file), args.driver)
+        text = own_text("ethtool", file, failures)
+        result = parse_ethtool_stats(text or "", args.driver)
         doc = records.ethtool_json(result)
         docs.append(doc)
         rows += records.ethtool_csv(doc, file)
-        failures += [(file, p) for p in result.problems]
+        failures += [(file, p) for p in result.problems if text is not None]
     return (docs[0] if len(docs) == 1 else docs), rows, failures
 
 
 def parse_perfquery(args: argparse.Namespace) -> Parsed:
     from fabricd.parsers.perfquery import parse_perfquery_text, ports
 
-    found, failures = [], []
+    found: list[Any] = []
+    failures: list[Failure] = []
     for file in args.files:
-        result = parse_perfquery_text(read_text(file))
+        if (text := own_text("perfquery", file, failures)) is None:
+            continue
+        result = parse_perfquery_text(text)
         found += [records.port_json(p) for p in ports(result.blocks)]
         failures += [(file, p) for p in result.problems]
     return {"ports": found}, [r for p in found for r in records.port_csv(p)], failures
@@ -160,9 +185,12 @@ def parse_perfquery(args: argparse.Namespace) -> Parsed:
 def parse_ibqueryerrors(args: argparse.Namespace) -> Parsed:
     from fabricd.parsers.ibqueryerrors import parse_ibqueryerrors as parse
 
-    found, failures = [], []
+    found: list[Any] = []
+    failures: list[Failure] = []
     for file in args.files:
-        result = parse(read_text(file))
+        if (text := own_text("ibqueryerrors", file, failures)) is None:
+            continue
+        result = parse(text)
         found += [records.port_json(p) for p in result.ports]
         failures += [(file, p) for p in result.problems]
     return {"ports": found}, [r for p in found for r in records.port_csv(p)], failures
@@ -172,8 +200,9 @@ def parse_ibnetdiscover(args: argparse.Namespace) -> Parsed:
     from fabricd.parsers.ibnetdiscover import parse_ibnetdiscover
     from fabricd.topology import from_ibnetdiscover, to_doc
 
-    texts = {file: read_text(file) for file in args.files}
-    failures = [(file, p) for file, text in texts.items() for p in parse_ibnetdiscover(text).problems]
+    failures: list[Failure] = []
+    texts = {file: text for file in args.files if (text := own_text("ibnetdiscover", file, failures)) is not None}
+    failures += [(file, p) for file, text in texts.items() for p in parse_ibnetdiscover(text).problems]
     whole = "\n".join(texts.values())
     ports = parse_ibnetdiscover(whole).ports
     return to_doc(from_ibnetdiscover(whole)), [records.ibnet_csv(p) for p in ports], failures
@@ -182,12 +211,27 @@ def parse_ibnetdiscover(args: argparse.Namespace) -> Parsed:
 def parse_ibtracert(args: argparse.Namespace) -> Parsed:
     from fabricd.parsers.ibtracert import parse_ibtracert as parse
 
-    found, failures = [], []
+    found: list[Any] = []
+    failures: list[Failure] = []
     for file in args.files:
-        result = parse(read_text(file))
+        text = own_text("ibtracert", file, failures)
+        result = parse(text or "")
         found.append(records.ibtracert_json(result, file))
-        failures += [(file, p) for p in result.problems]
+        failures += [(file, p) for p in result.problems if text is not None]
     return found, [r for t in found for r in records.ibtracert_csv(t)], failures
+
+
+def parse_ras(args: argparse.Namespace) -> Parsed:
+    from fabricd.parsers.ras import parse_status, problems
+
+    found: list[Any] = []
+    failures: list[Failure] = []
+    for file in args.files:
+        text = own_text("ras", file, failures)
+        report = parse_status(text or "")
+        found.append(records.ras_json(report, file))
+        failures += [(file, p) for p in problems(text, report)] if text is not None else []
+    return found, [r for doc in found for r in records.ras_csv(doc)], failures
 
 
 def parse_sysfs(args: argparse.Namespace) -> Parsed:
@@ -208,6 +252,7 @@ PARSERS: dict[str, Callable[[argparse.Namespace], Parsed]] = {
     "ibqueryerrors": parse_ibqueryerrors,
     "ibnetdiscover": parse_ibnetdiscover,
     "ibtracert": parse_ibtracert,
+    "ras": parse_ras,
     "sysfs": parse_sysfs,
 }
 COLUMNS: dict[str, Sequence[str]] = {
@@ -217,5 +262,6 @@ COLUMNS: dict[str, Sequence[str]] = {
     "ibqueryerrors": records.PORT_COLUMNS,
     "ibnetdiscover": records.IBNET_COLUMNS,
     "ibtracert": records.IBTRACERT_COLUMNS,
+    "ras": records.RAS_COLUMNS,
     "sysfs": records.SYSFS_COLUMNS,
 }

@@ -28,7 +28,9 @@ class EthtoolReadError(Exception):
 
 
 _ERROR = re.compile(r"ERROR:\s*(\d{1,20})\s*")
-_STAT_LINE = re.compile(r"\s*(?P<name>\S.*?):\s+(?P<value>\d{1,20})\s*")
+# Names end before any blanks ahead of the colon: cxgb4 pads its strings to align the columns
+# (kernel commit 0bf9a7d6174f, "cxgb4: Align rest of the ethtool get stats", v4.5).
+_STAT_LINE = re.compile(r"\s*(?P<name>\S.*?)\s*:\s+(?P<value>\d{1,20})\s*")
 # A shell prompt as pasted with a capture: ``#``, ``$``, ``user@host:~$``, or a bracketed one with a
 # space in it, ``[root@xg-esm-data-2: ~]#`` (moooofly/MarkSomethingDown "Linux/ethtool 工具使用.md").
 _PROMPT = r"(?:\[[^\]]*\]|\S*)[$#%>]"

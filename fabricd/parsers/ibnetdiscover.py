@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabricd.parsers.common import Problem, problem, tool_message
+from fabricd.parsers.common import Problem, command_line, problem, tool_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +152,7 @@ def parse_ibnetdiscover(text: str) -> IbnetDiscovery:
             pending.append((node, m, node.type != "SW"))
         elif tool_message(stripped):
             out.problems.append(problem(number, "tool diagnostic (the discovery may be incomplete)", stripped))
-        else:
+        elif not command_line(stripped, "ibnetdiscover"):
             out.problems.append(problem(number, "not an ibnetdiscover port, node or header line", stripped))
     out.ports.extend(_topology_port(n, m, ca, switch_port_guids) for n, m, ca in pending)
     if not out.ports:

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from fabricd.drivers.ib.perfquery import DETAILS, PERFQUERY_X, PerfSpec, narrow_spec
-from fabricd.parsers.common import Problem, problem, tool_message
+from fabricd.parsers.common import Problem, command_line, problem, tool_message
 from fabricd.parsers.ibnetdiscover import guid64
 from fabricd.parsers.perfquery import PortCounters, add_counter
 
@@ -99,6 +99,8 @@ def parse_ibqueryerrors(text: str) -> IbqueryerrorsResult:
             _port_line(state, m, number, stripped)
         elif m := _LINK.fullmatch(stripped):
             _link_line(state, m)
+        elif command_line(stripped, "ibqueryerrors"):
+            continue
         elif stripped.startswith(("##", "Suppressing:")):
             seen_summary = _summary_line(state.summary, stripped) or seen_summary
         elif tool_message(stripped):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from fabricd.parsers.common import Problem, problem, tool_message
+from fabricd.parsers.common import Problem, command_line, problem, tool_message
 from fabricd.parsers.ibnetdiscover import guid64
 
 TYPES = {"ca": "CA", "switch": "SW", "router": "RT"}  # ibtracert.c node_type_str -> ibnetdiscover's
@@ -119,7 +119,7 @@ def parse_ibtracert(text: str) -> Trace:
             out.hops.append(_hop(hop))
         elif tool_message(line) or line.startswith("ibtracert:"):
             out.problems.append(problem(number, _message(line), line))
-        else:
+        elif not command_line(line, "ibtracert"):
             out.problems.append(problem(number, "not an ibtracert line (or out of place)", line))
     if out.source is None and not out.problems:
         out.problems.append(problem(0, "no ibtracert path (no From line)"))

@@ -7,7 +7,8 @@
   (``gpu-1-1: Test CUDA failure ...``).
 
 A ``host: `` prefix is only taken off when what follows looks like nccl-tests or NCCL output, so an
-ordinary ``Warning: ...`` line keeps its text.
+ordinary ``Warning: ...`` line keeps its text. ``rehash`` gives back the ``#`` that old nccl-tests
+releases and pastes from rendered web pages leave out of header and summary lines.
 """
 
 from __future__ import annotations
@@ -37,3 +38,19 @@ def unprefix(line: str) -> str:
                 return line
             line = line[m.end() :]
     return line
+
+
+# nccl-tests header and summary lines written without their "#": nccl-tests before 2019-03
+# (NVIDIA/nccl-tests b188a15..dcf8189, src/common.cu) printed ``nThread 1 nGpus 8 ...`` and
+# `` Out of bounds values : 0 OK`` bare, and a paste from a rendered GitHub page loses every "#"
+# (NVIDIA/nccl-tests#37: `` Out of bounds values : 2 FAILED``, ``  size  count  type  time ...``).
+_BARE_HEADER = re.compile(
+    r"(?:nThreads?:?\s+\d{1,20}\s+nGpus|Using devices\s*$|Collective test starting:"
+    r"|Rank\s+\d{1,20}\s+(?:Group\s+\d{1,20}\s+)?(?:Pid\s+\d{1,20}\s+)?on\s+\S+\s+device\s+\d{1,20}\s+\["
+    r"|size\s+count\s+type\s|Out of bounds values\s*:|Avg bus bandwidth\s*:)"
+)
+
+
+def rehash(line: str) -> str:
+    """A stripped nccl-tests header or summary line with its ``#`` back when it lost it."""
+    return "# " + line if _BARE_HEADER.match(line) else line

@@ -10,15 +10,15 @@ own record and op. ``parse_nccl_output`` is the one-run form (the first run). No
   anywhere, the table included, and are ignored.
 - A run starts at its first header line: ``# nccl-tests version`` / ``# rccl-tests version``,
   ``# Collective test starting:``, or ``# nThread`` (older releases print only that one; old rccl-tests
-  ``# nThreads: 1 nGpus: 2 nRanks: 1 ...``, with colons). A header
-  kind seen again, or any header after the table began, starts the next run.
-- The op comes from the text (``# Collective test starting: all_reduce_perf``, or a ``*_perf`` word in
-  a command line or banner before the run), else from the caller (file name, ``--op``).
-- Versions: the tests' own (``# nccl-tests version 2.18.0 nccl-headers=22907 nccl-library=22907``,
-  ``rccl-tests: Version develop:83d38d9``), ``NCCL version 2.25.1+cuda12.8``, and RCCL's block
-  (``RCCL version : 2.27.7-HEAD:0d2c4fd``, ``HIP version  : ...``, ``ROCm version : ...``), or its
-  older one-line form ``RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8+``.
-- A failed or cut-short run is a record with its status and error, never an exception.
+  ``# nThreads: 1 nGpus: 2 nRanks: 1 ...``, with colons). A header kind seen again, or any header
+  after the table began, starts the next run; the header again with only ``#`` lines between is
+  another process printing it (an unconnected launch: a failed run, reason ``unconnected``).
+- The op: ``# Collective test starting: all_reduce_perf``, a ``*_perf`` word in a command line, prompt
+  or banner before the run, else the caller's (file name, ``--op``).
+- Versions: the tests' own (``# nccl-tests version 2.18.0 nccl-headers=22907 ...``, ``rccl-tests:
+  Version develop:83d38d9``), ``NCCL version 2.25.1+cuda12.8``, RCCL's block (``RCCL version : ...``,
+  ``HIP version  : ...``, ``ROCm version : ...``) or one line (``RCCL version 2.17.1+hip5.7 HEAD:...``).
+- A failed or cut-short run, or another tool's output (``other_kind``), is a record, never an exception.
 
 The table itself (columns, units, ``-C``/``-I``/``-S``) is ``fabricd.parsers.nccl_table``.
 """
@@ -29,12 +29,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabricd.parsers import launcher
+from fabricd.parsers import launcher, nccl_table, sniff
+from fabricd.parsers.nccl_names import op_from_name, op_in, version_of_code
 from fabricd.parsers.nccl_table import GB, PLACEMENTS, Layout, NcclRow, layout_of, looks_like_row, number, parse_row
 
-__all__ = ["PLACEMENTS", "NcclFailure", "NcclRank", "NcclRow", "NcclRun", "op_from_name", "parse_nccl_output"]
+__all__ = [
+    "PLACEMENTS",
+    "NcclFailure",
+    "NcclRank",
+    "NcclRow",
+    "NcclRun",
+    "op_from_name",
+    "parse_nccl_output",
+    "parse_nccl_runs",
+    "version_of_code",
+]
 
 # Failure reasons, most specific first: the first one found becomes ``NcclRun.reason``.
+REASON_OTHER_KIND = "other_kind"  # an ncclras report, ethtool -S, ...: fabricd.parsers.sniff
+REASON_UNCONNECTED = "unconnected"
 REASON_CUDA = "cuda_failure"
 REASON_NCCL = "nccl_failure"
 REASON_ABORTED = "aborted"
@@ -43,13 +56,8 @@ REASON_WRONG = "wrong_values"
 REASON_TEST_FAILURE = "test_failure"
 REASON_INCOMPLETE = "incomplete"
 REASON_ORDER = (
-    REASON_CUDA,
-    REASON_NCCL,
-    REASON_ABORTED,
-    REASON_OOB,
-    REASON_WRONG,
-    REASON_TEST_FAILURE,
-    REASON_INCOMPLETE,
+    *(REASON_OTHER_KIND, REASON_UNCONNECTED, REASON_CUDA, REASON_NCCL, REASON_ABORTED),
+    *(REASON_OOB, REASON_WRONG, REASON_TEST_FAILURE, REASON_INCOMPLETE),
 )
 # A run with only these went quiet (killed, out of time, log cut): "truncated", not "failed".
 _CUT_SHORT = frozenset({REASON_ABORTED, REASON_INCOMPLETE})
@@ -65,11 +73,15 @@ _PARAMS = re.compile(
     r"minBytes:?\s+(\d{1,20})\s+maxBytes:?\s+(\d{1,20})"
 )
 _RANK = re.compile(
-    r"#\s*Rank\s+(\d{1,20})\s+(?:Group\s+\d{1,20}\s+)?Pid\s+\d{1,20}\s+on\s+(\S+)\s+device\s+(\d{1,20})\s+\[([^\]]*)\]\s+(.*?)\s*"
+    r"#\s*Rank\s+(\d{1,20})\s+(?:Group\s+\d{1,20}\s+)?(?:Pid\s+\d{1,20}\s+)?on\s+(\S+)\s+device\s+(\d{1,20})\s+\[([^\]]*)\]\s+(.*?)\s*"
 )
 _OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\d{1,20})\s+(OK|FAILED)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(?P<nccl>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
+# NCCL prints its version once per process: bare (``NCCL version 2.25.1+cuda12.8``) under
+# NCCL_DEBUG=VERSION/WARN, as an INFO line under NCCL_DEBUG=INFO
+# (``GENOA-06:4766:4766 [0] NCCL INFO NCCL version 2.25.1+cuda12.8``, NVIDIA/nccl-tests#287).
+_INFO_VERSION = re.compile(r"\bNCCL INFO NCCL version\s")
 # RCCL before the ``RCCL version :`` block printed one line: ``RCCL version 2.17.1+hip5.7 HEAD:cbbb3d8+``.
 _RCCL_LINE = re.compile(r"(?:.*\bNCCL INFO )?RCCL version\s+(?P<rccl>[\w.]+)(?:\+hip(?P<hip>[\d.]+))?(?:\s.*)?")
 _BLOCK = re.compile(r"(?:.*\bNCCL INFO )?(?P<what>RCCL|HIP|ROCm) version\s*:\s*(?P<version>\S+)")
@@ -77,8 +89,6 @@ _CUDA_FAIL = re.compile(r"Test CUDA failure\s+(.*?)\s*$")
 _NCCL_FAIL = re.compile(r"Test NCCL failure\s+(.*?)\s*$")
 _TEST_FAIL = re.compile(r"Test failure\s+(.*?)\s*$")
 _FAILURE_PATTERNS = ((_CUDA_FAIL, REASON_CUDA), (_NCCL_FAIL, REASON_NCCL), (_TEST_FAIL, REASON_TEST_FAILURE))
-_OP_NAME = re.compile(r"([a-z_]+?)_perf")
-_OP_WORD = re.compile(r"(?:^|[\s/=])([a-z_]+?_perf)(?:_mpi)?\b")
 _HEADER_KINDS = {"version": 0, "start": 1, "params": 2}
 
 
@@ -138,7 +148,7 @@ class NcclRun:
 
     @property
     def nranks(self) -> int | None:
-        return len(self.ranks) or None
+        return len({r.rank for r in self.ranks}) or None  # unconnected copies repeat rank numbers
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,36 +164,8 @@ class NcclRun:
             "success": self.success,
             "reason": self.reason,
             "failures": [{"reason": f.reason, "detail": f.detail} for f in self.failures],
-            "rows": [_row_json(r) for r in self.rows],
+            "rows": [nccl_table.row_json(r) for r in self.rows],
         }
-
-
-def _row_json(row: NcclRow) -> dict[str, Any]:
-    return {
-        "size_bytes": row.size_bytes,
-        "count": row.count,
-        "dtype": row.dtype,
-        "redop": row.redop,
-        "root": row.root,
-        "placement": row.placement,
-        "time_seconds": row.time_seconds,
-        "algbw_bytes_per_second": row.algbw_bytes_per_second,
-        "busbw_bytes_per_second": row.busbw_bytes_per_second,
-        "wrong": row.wrong,
-        "error": row.error,
-    }
-
-
-def op_from_name(name: str) -> str:
-    """``all_reduce_perf_mpi`` or ``/opt/nccl-tests/build/all_gather_perf`` -> the operation name."""
-    base = name.rsplit("/", 1)[-1]
-    match = _OP_NAME.search(base)
-    return match.group(1) if match else ""
-
-
-def version_of_code(code: int) -> str:
-    """``NCCL_VERSION_CODE`` -> ``2.29.7`` (nccl.h: major*10000 + minor*100 + patch since 2.9)."""
-    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code >= 20900 else str(code)
 
 
 @dataclass
@@ -204,6 +186,8 @@ class _State:
     failures: list[NcclFailure] = field(default_factory=list)
     last_header: int = -1
     skipped: int = 0
+    copies: int = 1  # processes that each printed this run's header (see _Splitter._is_copy)
+    only_headers: bool = True  # no line but "#" lines since the last run header
 
     @property
     def table_began(self) -> bool:
@@ -259,7 +243,7 @@ def _other_line(state: _State, line: str) -> None:
         state.versions[m["what"].lower()] = m["version"]
         if m["what"] == "RCCL":
             state.tool = "rccl-tests" if state.tool == "nccl-tests" else state.tool
-    elif (m := _NCCL_VERSION.search(line)) and "NCCL INFO" not in line:
+    elif (m := _NCCL_VERSION.search(line)) and ("NCCL INFO" not in line or _INFO_VERSION.search(line)):
         state.versions["nccl"] = m["nccl"]
         if m["cuda"]:
             state.versions["cuda"] = m["cuda"]
@@ -272,8 +256,21 @@ def _other_line(state: _State, line: str) -> None:
             state.skipped += 1
 
 
+def _unconnected(state: _State) -> NcclFailure | None:
+    """Processes that did not join one job: each prints the header (``PRINT`` is rank 0's) and its
+    own ranks from 0, interleaved (NVIDIA/nccl-tests#213, #306: ``mpirun -np 2`` of a binary built
+    without ``MPI=1``, so every process is rank 0 of a job of its own)."""
+    numbers = [r.rank for r in state.ranks]
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if state.copies < 2 and not repeated:
+        return None
+    copies = max([state.copies] + [numbers.count(n) for n in repeated])
+    where = f"; rank {repeated[0]} is listed {numbers.count(repeated[0])} times" if repeated else ""
+    return NcclFailure(REASON_UNCONNECTED, f"{copies} processes each printed their own run header{where}")
+
+
 def _summary_failures(state: _State) -> list[NcclFailure]:
-    found: list[NcclFailure] = []
+    found: list[NcclFailure] = [f for f in [_unconnected(state)] if f is not None]
     if not state.rows:
         found.append(NcclFailure(REASON_ABORTED, "no result table"))
     if state.oob_ok is False:
@@ -281,10 +278,16 @@ def _summary_failures(state: _State) -> list[NcclFailure]:
     wrong = sum(r.wrong or 0 for r in state.rows)
     if wrong:
         found.append(NcclFailure(REASON_WRONG, f"{wrong} wrong elements"))
-    if state.rows and state.avg is None and state.oob is None:
+    if state.rows and state.avg is None and state.oob is None and not _nccl1(state):
         # The summary is the last thing nccl-tests prints: without it the run was cut short.
         found.append(NcclFailure(REASON_INCOMPLETE, "no summary after the table"))
     return found
+
+
+def _nccl1(state: _State) -> bool:
+    """NCCL 1's own tests (NVIDIA/nccl v1.3.4-1 test/single/*_test.cu) print the 2017 table with no
+    parameter line before it and no summary after it: their end is no cut."""
+    return state.layout is not None and state.layout.time_ms and state.n_threads is None
 
 
 def _dedupe(failures: list[NcclFailure]) -> tuple[NcclFailure, ...]:
@@ -312,12 +315,6 @@ def _finish(state: _State) -> NcclRun:
     )
 
 
-def _op_in(line: str) -> str:
-    """The collective a command line or banner names (``srun ... all_gather_perf -b 8``)."""
-    m = _OP_WORD.search(line)
-    return op_from_name(m.group(1)) if m else ""
-
-
 class _Splitter:
     """Feeds lines to the current run and starts a new one at the next run's first header."""
 
@@ -328,28 +325,46 @@ class _Splitter:
         self.pending_op = ""
 
     def feed(self, raw: str) -> None:
-        line = launcher.unprefix(raw).strip()
+        line = launcher.rehash(launcher.unprefix(raw).strip())
         if not line:
             return
         kind = _header_kind(line) if line.startswith("#") else None
-        if kind is not None and self._starts_new_run(_HEADER_KINDS[kind]):
+        if kind is not None and self._is_copy(_HEADER_KINDS[kind]):
+            assert self.current is not None
+            self.current.copies += 1
+        elif kind is not None and self._starts_new_run(_HEADER_KINDS[kind]):
             self._new_run()
         if kind is not None:
             assert self.current is not None
-            self.current.last_header = _HEADER_KINDS[kind]
+            self.current.last_header, self.current.only_headers = _HEADER_KINDS[kind], True
         if line.startswith("#"):
+            if kind is None and (op := op_in(line)):  # a root prompt: "#  ./all_reduce_perf -b 8" (nccl-tests#44)
+                self._names(op)
             _header_line(self._run(), line)
             return
         run = self._run()
+        run.only_headers = False
         if run.layout is not None and (rows := parse_row(run.layout, line)):
             run.rows.extend(rows)
             return
-        if op := _op_in(line):  # a banner or command line: it names the run it precedes
-            if run.table_began or run.last_header >= 0:
-                self.pending_op = op
-            else:
-                run.op = run.op or op
+        if op := op_in(line):  # a banner or command line: it names the run it precedes
+            self._names(op)
         _other_line(run, line)
+
+    def _names(self, op: str) -> None:
+        run = self._run()
+        if run.table_began or run.last_header >= 0:
+            self.pending_op = op
+        else:
+            run.op = run.op or op
+
+    def _is_copy(self, kind: int) -> bool:
+        """The header again with nothing but header lines since it: another process printing the
+        same run's header, not a new run (an unconnected launch, see ``_unconnected``)."""
+        run = self.current
+        if run is None or run.table_began or run.ranks or run.failures or not run.only_headers:
+            return False
+        return kind <= run.last_header
 
     def _starts_new_run(self, kind: int) -> bool:
         run = self.current
@@ -369,11 +384,13 @@ class _Splitter:
 
 def parse_nccl_runs(text: str, op: str = "") -> list[NcclRun]:
     """Every run in ``text``; ``op`` is the fallback for runs whose text names none. Text with no
-    run at all (empty, or noise only) is one run: aborted, no result table."""
+    run at all (empty, noise, another tool's output) is one run: aborted, no result table."""
     splitter = _Splitter(op)
     for raw in text.splitlines():
         splitter.feed(raw)
     states = splitter.runs or [_State(op=op)]
+    if len(states) == 1 and states[0].last_header < 0 and (why := sniff.other_kind(text, "nccl")):
+        states[0].failures.append(NcclFailure(REASON_OTHER_KIND, why))
     return [_finish(s) for s in states]
 
 

@@ -12,6 +12,9 @@ change it per run (nccl-tests ``src/util.cu`` ``writeResultHeader``, ``writeBenc
 - ``-C 1`` names the time column ``cputime``; ``-I 1`` adds ``i_min i_max i_p99 i_cv%`` per placement;
   ``-S 1`` adds a trailing ``timestamp`` column whose cells are ``YYYY-MM-DD HH:MM:SS`` (two words).
 
+- the first nccl-tests (2017-08 to 2019-03) and NCCL 1's tests: ``bytes N type op [root] time algbw busbw
+  res``, times in milliseconds (read as ``size count type redop [root] ... error``, times in µs).
+
 Units: ``time`` is microseconds and ``algbw``/``busbw`` are GB/s with G = 1e9 (nccl-tests divides
 bytes by 1.0E9), converted once, in decimal, to seconds and bytes/s; the text values are kept too.
 """
@@ -22,11 +25,19 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 GB = Decimal(10) ** 9  # nccl-tests GB/s: bytes / 1.0E9 (common.cu), not GiB
 US = Decimal(10) ** -6
 PLACEMENTS = ("out_of_place", "in_place")
 TIME_COLUMNS = ("time", "cputime")
+
+MS = Decimal(10) ** -3
+# The first nccl-tests (NVIDIA/nccl-tests b188a15 2017-08 to dcf8189 2018-08, src/*.cu print_header)
+# and NCCL 1's own tests (NVIDIA/nccl v1.3.4-1 test/single/*_test.cu) name the columns
+# "bytes N type op [root] time algbw busbw res" and print the time in milliseconds
+# (``elapsedSec * 1.0E3``, "%7.3f"); "res" is the max error, later named "error".
+_OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 
 _INT = re.compile(r"-?\d{1,20}")
 _DATE, _CLOCK = re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d")
@@ -60,6 +71,7 @@ class Layout:
     per_placement: tuple[str, ...]  # e.g. ("time", "algbw", "busbw", "#wrong")
     placements: int
     timestamp: bool = False  # -S: a trailing date and time on every row
+    time_ms: bool = False  # the "bytes N ..." header of 2017-2018: times in milliseconds
 
 
 def layout_of(line: str) -> Layout | None:
@@ -67,6 +79,8 @@ def layout_of(line: str) -> Layout | None:
     timestamp = bool(tokens) and tokens[-1] == "timestamp"
     if timestamp:
         tokens = tokens[:-1]
+    time_ms = tokens[:2] == ["bytes", "N"]
+    tokens = [_OLD_NAMES.get(t, t) for t in tokens] if time_ms else tokens
     if tokens[:2] != ["size", "count"]:
         return None
     starts = [i for i, t in enumerate(tokens) if t in TIME_COLUMNS]
@@ -76,7 +90,7 @@ def layout_of(line: str) -> Layout | None:
     per = tokens[first:]
     if len(per) % groups:
         return None
-    return Layout(tuple(tokens[:first]), tuple(per[: len(per) // groups]), groups, timestamp)
+    return Layout(tuple(tokens[:first]), tuple(per[: len(per) // groups]), groups, timestamp, time_ms)
 
 
 def number(token: str, scale: Decimal = Decimal(1)) -> float | None:
@@ -100,9 +114,10 @@ def _leading_values(names: tuple[str, ...], tokens: list[str]) -> dict[str, str]
     return None
 
 
-def _placement_row(lead: dict[str, str], names: tuple[str, ...], cells: list[str], where: str) -> NcclRow:
-    values = dict(zip(names, cells, strict=True))
+def _placement_row(lead: dict[str, str], layout: Layout, cells: list[str], where: str) -> NcclRow:
+    values = dict(zip(layout.per_placement, cells, strict=True))
     time_cell = values.get("time", values.get("cputime", ""))
+    unit = MS if layout.time_ms else US
     wrong_cell = values.get("#wrong")
     return NcclRow(
         size_bytes=int(lead["size"]),
@@ -111,12 +126,12 @@ def _placement_row(lead: dict[str, str], names: tuple[str, ...], cells: list[str
         redop=lead.get("redop"),
         root=int(lead["root"]) if "root" in lead and _INT.fullmatch(lead["root"]) else None,
         placement=where,
-        time_seconds=number(time_cell, US),
+        time_seconds=number(time_cell, unit),
         algbw_bytes_per_second=number(values.get("algbw", ""), GB),
         busbw_bytes_per_second=number(values.get("busbw", ""), GB),
         wrong=int(wrong_cell) if wrong_cell is not None and _INT.fullmatch(wrong_cell) else None,
         error=number(values["error"]) if "error" in values else None,
-        time_us=number(time_cell),
+        time_us=number(time_cell, unit / US),  # microseconds, whatever the text printed
         algbw_gbps=number(values.get("algbw", "")),
         busbw_gbps=number(values.get("busbw", "")),
     )
@@ -136,9 +151,26 @@ def parse_row(layout: Layout, line: str) -> list[NcclRow]:
     tail = tokens[-width:]
     step = len(layout.per_placement)
     return [
-        _placement_row(lead, layout.per_placement, tail[i * step : (i + 1) * step], PLACEMENTS[i])
+        _placement_row(lead, layout, tail[i * step : (i + 1) * step], PLACEMENTS[i])
         for i in range(min(layout.placements, len(PLACEMENTS)))
     ]
+
+
+def row_json(row: NcclRow) -> dict[str, Any]:
+    """One row as the ``NcclRun.to_json`` record (base units)."""
+    return {
+        "size_bytes": row.size_bytes,
+        "count": row.count,
+        "dtype": row.dtype,
+        "redop": row.redop,
+        "root": row.root,
+        "placement": row.placement,
+        "time_seconds": row.time_seconds,
+        "algbw_bytes_per_second": row.algbw_bytes_per_second,
+        "busbw_bytes_per_second": row.busbw_bytes_per_second,
+        "wrong": row.wrong,
+        "error": row.error,
+    }
 
 
 def looks_like_row(line: str) -> bool:

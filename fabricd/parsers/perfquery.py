@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fabricd.drivers.ib.perfquery import (
     IS_ADDL_PORT_CTR_EXT_SUP,
+    LEGACY_NAMES,
     NOT_COUNTERS,
     PERFQUERY_E,
     PERFQUERY_X,
@@ -20,14 +21,14 @@ from fabricd.drivers.ib.perfquery import (
     ceiling,
     narrow_spec,
 )
-from fabricd.parsers.common import Problem, problem, tool_message
+from fabricd.parsers.common import Problem, command_line, problem, tool_message
 
 
 @dataclass(frozen=True, slots=True)
 class PerfBlock:
     """One ``# Port ... counters: Lid L port P`` block of perfquery output."""
 
-    attribute: str  # "extended" (perfquery -x) or "rcv_error_details" (perfquery -E)
+    attribute: str  # "basic" (perfquery), "extended" (perfquery -x) or "rcv_error_details" (perfquery -E)
     lid: int
     port: int
     cap_mask2: int | None = None  # from the header; None when perfquery did not print it
@@ -62,7 +63,10 @@ _PERF_LINE = re.compile(r"(?P<name>\w+):\.*(?P<value>0x[0-9a-fA-F]+|\d{1,20})\s*
 
 
 def _attribute(header: str) -> str:
-    return "rcv_error_details" if "RcvErrorDetails" in header else "extended"
+    """``# Port counters:`` is plain perfquery (PortCounters), ``# Port extended counters:`` is -x."""
+    if "RcvErrorDetails" in header:
+        return "rcv_error_details"
+    return "basic" if header.strip() == "Port" else "extended"
 
 
 def parse_perfquery(text: str) -> list[PerfBlock]:
@@ -87,7 +91,7 @@ def parse_perfquery_text(text: str) -> PerfqueryResult:
                 blocks[-1].counters[m["name"]] = int(m["value"], 0)
         elif tool_message(stripped):
             problems.append(problem(number, "tool diagnostic (the query failed or is incomplete)", stripped))
-        elif not stripped.startswith("#"):
+        elif not stripped.startswith("#") and not command_line(stripped, "perfquery"):
             problems.append(problem(number, "not a perfquery header or Name:....value line", stripped))
     if not blocks:
         problems.append(problem(0, "no perfquery counter block (# Port counters: Lid L port P)"))
@@ -98,8 +102,8 @@ def counter_spec(block: PerfBlock, raw: str, value: int) -> PerfSpec | None:
     """Semantics of one perfquery field in this block (None: unknown, never guess a width)."""
     if block.attribute == "rcv_error_details":
         return PERFQUERY_E.get(raw)
-    spec = PERFQUERY_X.get(raw)
-    narrow = narrow_spec(raw)
+    spec = PERFQUERY_X.get(LEGACY_NAMES.get(raw, raw))
+    narrow = narrow_spec(raw, basic=block.attribute == "basic")
     if spec is None or narrow is None or block.wide_errors or value >> narrow.width:
         return spec  # a value above all ones proves the field is the 64-bit one
     return narrow

@@ -11,6 +11,7 @@ from fabricd.parsers.ibnetdiscover import IbnetPort
 from fabricd.parsers.ibtracert import Trace
 from fabricd.parsers.nccl import NcclRow, NcclRun
 from fabricd.parsers.perfquery import PortCounters
+from fabricd.parsers.ras import RasReport
 from fabricd.parsers.sysfs import SysfsPort
 
 Row = dict[str, Any]
@@ -238,3 +239,36 @@ def ibtracert_csv(trace: dict[str, Any]) -> list[Row]:
 
 def _hop_cells(end: dict[str, Any]) -> Row:
     return {"type": end["type"], "guid": end["guid"], "port": end["port"], "lid": end["lid"], "desc": end["desc"]}
+
+
+# --- NCCL RAS ---------------------------------------------------------------------------------------
+
+RAS_COLUMNS = (
+    "file",
+    "nccl_version",
+    "group",
+    "comms",
+    "nodes",
+    "ranks_per_node",
+    "ranks_per_node_max",
+    "ranks_per_comm",
+    "ranks",
+    "status",
+    "errors",
+)
+
+
+def ras_json(report: RasReport, file: str) -> dict[str, Any]:
+    """One report: its NCCL version, its communicator groups, and its Errors / Warnings lines."""
+    return {
+        "file": file,
+        "nccl_version": report.version or None,
+        "groups": [asdict(g) for g in report.groups],
+        "errors": report.errors,
+        "warnings": report.warnings,
+    }
+
+
+def ras_csv(doc: dict[str, Any]) -> list[Row]:
+    """One row per communicator group."""
+    return [{"file": doc["file"], "nccl_version": doc["nccl_version"], **g} for g in doc["groups"]]

@@ -86,6 +86,32 @@ PORT_COUNTERS_WIDTHS: dict[str, int] = {
 
 NOT_COUNTERS = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
 
+# Plain ``perfquery`` (no ``-x``) reads the base PortCounters attribute, whose data and packet
+# counters are 32 bits wide and stop at all ones too (IBA 16.1.3.5; libibmad fields.c
+# ``IB_PC_XMT_BYTES_F`` .. ``IB_PC_RCV_PKTS_F``: ``{192, 32, ...}`` .. ``{288, 32, ...}``).
+BASIC_DATA_WIDTHS: dict[str, int] = {"PortXmitData": 32, "PortRcvData": 32, "PortXmitPkts": 32, "PortRcvPkts": 32}
+
+# libibmad before the 2009 rename to the IBA names (OFED 1.4 and older) printed PortCounters under
+# short names: ``SymbolErrors:....0``, ``XmtData:....905972985`` (a capture in TACC/tacc_stats
+# ``st_ib.c``, 2011; the old ``fields.c`` table). Same fields, same widths: read as the new names.
+LEGACY_NAMES: dict[str, str] = {
+    "SymbolErrors": "SymbolErrorCounter",
+    "LinkRecovers": "LinkErrorRecoveryCounter",
+    "LinkDowned": "LinkDownedCounter",
+    "RcvErrors": "PortRcvErrors",
+    "RcvRemotePhysErrors": "PortRcvRemotePhysicalErrors",
+    "RcvSwRelayErrors": "PortRcvSwitchRelayErrors",
+    "XmtDiscards": "PortXmitDiscards",
+    "XmtConstraintErrors": "PortXmitConstraintErrors",
+    "RcvConstraintErrors": "PortRcvConstraintErrors",
+    "LinkIntegrityErrors": "LocalLinkIntegrityErrors",
+    "ExcBufOverrunErrors": "ExcessiveBufferOverrunErrors",
+    "XmtData": "PortXmitData",
+    "RcvData": "PortRcvData",
+    "XmtPkts": "PortXmitPkts",
+    "RcvPkts": "PortRcvPkts",
+}
+
 
 def ceiling(width: int) -> int:
     """The value a saturating counter of ``width`` bits stops at (all ones)."""
@@ -106,9 +132,12 @@ PORT_XMIT_DISCARD_DETAILS: dict[str, PerfSpec] = {
 DETAILS: dict[str, PerfSpec] = {**PERFQUERY_E, **PORT_XMIT_DISCARD_DETAILS}
 
 
-def narrow_spec(raw: str) -> PerfSpec | None:
-    """The field as the base PortCounters attribute has it: narrow and saturating (None: 64-bit only)."""
-    spec, width = PERFQUERY_X.get(raw), PORT_COUNTERS_WIDTHS.get(raw)
+def narrow_spec(raw: str, basic: bool = False) -> PerfSpec | None:
+    """The field as the base PortCounters attribute has it: narrow and saturating (None: 64-bit only).
+    ``basic``: a plain ``perfquery`` block, where the data and packet counters are narrow too."""
+    raw = LEGACY_NAMES.get(raw, raw)
+    widths = {**PORT_COUNTERS_WIDTHS, **BASIC_DATA_WIDTHS} if basic else PORT_COUNTERS_WIDTHS
+    spec, width = PERFQUERY_X.get(raw), widths.get(raw)
     if spec is None or width is None:
         return None
     return PerfSpec(spec.name, spec.unit, width, True, spec.scale)
