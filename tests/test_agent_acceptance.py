@@ -333,6 +333,26 @@ def test_a_full_spool_drops_the_oldest_keeps_running_and_recovers(tmp_path: Path
     assert gaps(scrapes) == []  # ... and only they: the newest kept, then live data without a hole
 
 
+def test_a_restarted_agents_first_metrics_count_the_spool_it_left(tmp_path: Path, procs: list[Proc]) -> None:
+    """/metrics answers only once the spool is indexed: its first page after a restart already
+    counts the batches the last run left (it said 0 while the spool was being opened, and a test
+    waiting for "drained" went on before the drain had begun)."""
+    central = Central(tmp_path)  # never started: the batches stay in the spool
+    agent = Agent(tmp_path, central)
+    procs += [central, agent]
+    agent.start()
+    wait_for("3 batches spooled", lambda: len(agent.spooled_timestamps()) >= 3)
+    assert agent.term() == 0
+    held = len(agent.spooled_timestamps())
+    agent.start()
+    first = float("nan")
+    deadline = time.monotonic() + 60
+    while first != first and time.monotonic() < deadline:  # NaN until /metrics answers
+        first = agent.metric("fabricd_agent_spool_batches")
+    assert first >= held
+    assert agent.term() == 0
+
+
 def test_a_truncated_spool_file_is_quarantined_and_the_rest_is_sent(tmp_path: Path, procs: list[Proc]) -> None:
     central = Central(tmp_path)
     agent = Agent(tmp_path, central)

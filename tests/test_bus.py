@@ -305,7 +305,13 @@ async def test_a_batch_a_replica_forwards_is_counted_stored_once_across_the_repl
                 assert exc.status == 503 and time.monotonic() < deadline, exc
                 await asyncio.sleep(0.2)
         await anyio.to_thread.run_sync(ingestor.ingest_body, agent, body)  # a retry: JetStream says duplicate
-        await until(lambda: sum(stored(owner).values()) == 1)
+        # The owner counts a batch after storing it: wait for both (the points show up first).
+        await until(
+            lambda: (
+                sum(stored(owner).values()) == 1
+                and (owner.registry.get_sample_value("fabricd_ingest_batches_total") or 0.0) >= 1
+            )
+        )
     finally:
         await forwarder.aclose()
     counted = {

@@ -125,12 +125,18 @@ async def _serve(settings: AgentSettings, collectors: dict[str, Collector]) -> i
     transport = Transport(settings, agent_version=__version__, registry=registry, **_bus_poster(settings))
     tee = LatestScrape(transport, settings.node)
     registry.register(tee)
-    stop_metrics = await _start_metrics(settings.metrics_listen, metrics_page(registry, tee))
     try:
         await transport.start()
     except OSError as exc:
-        await stop_metrics()
         raise ConfigError(f"spool: cannot open {transport.spool.dir}: {exc.strerror or exc}") from exc
+    # /metrics only once the spool is indexed: before, its gauges said 0 batches held while the
+    # spool held a previous run's (a restart's first scrape read "drained"; CI's
+    # tests/test_agent_acceptance.py, the truncated spool file, saw no quarantine yet).
+    try:
+        stop_metrics = await _start_metrics(settings.metrics_listen, metrics_page(registry, tee))
+    except ConfigError:
+        await transport.close()
+        raise
     runner = CollectorRunner(collectors, settings.collector_timeout_seconds)
     agent = Agent(runner, tee, SystemClock(), settings.interval_seconds)
     stop = asyncio.Event()
