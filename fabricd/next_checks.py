@@ -15,6 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 MAX_NAMED = 3  # elements named in one sentence: more is a list nobody reads at 3 a.m.
+# A candidate is a place to look first when it scores at least this share of the best one: the
+# score is the share of the bad evidence an element explains times how consistently its paths are
+# bad (fabricd/detect/votes.py, Tally.score), so one under half the best explains less than half as
+# much. The live demo's link scored 1.0 and a sibling uplink 0.2: sending the engineer to both
+# switches' counters at once halves the value of the localization; the sibling is a next candidate.
+FIRST_LOOK_SHARE = 0.5
 
 
 def and_join(items: Sequence[str]) -> str:
@@ -62,10 +68,14 @@ def next_checks(inc: dict[str, Any]) -> list[str]:
     return [*steps, f"The whole picture, with plots: fabricd report --incident {inc['id']}"]
 
 
-def _focus(inc: dict[str, Any], keep: Callable[[str], bool]) -> list[str]:
-    """The incident's element when it passes ``keep``, then the best candidates that do."""
+def _focus(inc: dict[str, Any], keep: Callable[[str], bool], *, first_look: bool = False) -> list[str]:
+    """The incident's element when it passes ``keep``, then the best candidates that do; with
+    ``first_look``, only those scoring at least ``FIRST_LOOK_SHARE`` of the best candidate."""
     out = [inc["element"]] if keep(inc["element"]) else []
-    out += [e for e in ranked(inc) if keep(e) and e not in out]
+    cands = inc.get("candidates", [])
+    floor = FIRST_LOOK_SHARE * max((float(c["score"]) for c in cands), default=0.0) if first_look else 0.0
+    scores = {c["element"]: float(c["score"]) for c in cands}
+    out += [e for e in ranked(inc) if keep(e) and e not in out and scores.get(e, 0.0) >= floor]
     return out[:MAX_NAMED]
 
 
@@ -85,7 +95,7 @@ def _pinned_pair(inc: dict[str, Any], near: str) -> str:
 
 def _switch_ports(inc: dict[str, Any]) -> tuple[str, list[str]]:
     """Where the queue may be, as an engineer finds it on a switch, and the switches to log in to."""
-    links = _focus(inc, is_fabric_link)
+    links = _focus(inc, is_fabric_link, first_look=True)
     if links:
         return f"{and_join(links)}, on both ends", sorted({end for link in links for end in ends(link)})
     host_links = _focus(inc, lambda e: is_link(e) and not is_fabric_link(e))
@@ -115,12 +125,17 @@ def _congestion(inc: dict[str, Any]) -> list[str]:
         "switch shows which queue holds the traffic.",
         f"On {and_join(switches)}, check {config}.",
     ]
-    links = _focus(inc, is_fabric_link)
-    if links:
+    first = _focus(inc, is_fabric_link, first_look=True)
+    if first:
         steps.append(
-            f"Compare {links[0]} with its sibling uplinks: much more traffic on it than on them means the ECMP "
+            f"Compare {first[0]} with its sibling uplinks: much more traffic on it than on them means the ECMP "
             "hash puts too many of the affected flows there (move or re-hash them); the same load everywhere "
             "means the fabric is simply oversubscribed."
+        )
+    later = [e for e in _focus(inc, is_fabric_link) if e not in first]
+    if first and later:
+        steps.append(
+            f"If {and_join(first)} {'is' if len(first) == 1 else 'are'} clean, the next candidates: {and_join(later)}."
         )
     return steps
 

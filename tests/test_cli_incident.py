@@ -370,7 +370,18 @@ def test_next_checks_per_kind_name_the_candidate_elements(env: Env, capsys: pyte
         f"Compare {DEMO_LINK} with its sibling uplinks: much more traffic on it than on them means the ECMP hash "
         "puts too many of the affected flows there (move or re-hash them); the same load everywhere means the "
         "fabric is simply oversubscribed.",
+        # the replay's candidates: the link at 1.0, its sibling leaf-04~spine-01 at 0.2 (fabricd/next_checks.py,
+        # FIRST_LOOK_SHARE): a next candidate, not a switch to read at once
+        f"If {DEMO_LINK} is clean, the next candidates: leaf-04~spine-01.",
         f"The whole picture, with plots: fabricd report --incident {env.ids['demo']}",
+    ]
+    # leaf-01 at 0.5 and its uplinks at 0.25 (half of it): all three are first looks; leaf-02 at 0.125 is not
+    assert steps(sections(env.page(capsys, "ties"))["Next"])[:2] == [
+        "Read the switch-side counters of leaf-01~spine-01 and leaf-01~spine-02, on both ends: egress queue "
+        "depth, ECN-marked and dropped packets, PFC pause frames sent and received. The hosts only see what "
+        "reached them; the switch shows which queue holds the traffic.",
+        "On leaf-01, spine-01 and spine-02, check the ECN marking thresholds (Kmin/Kmax) and the PFC-enabled "
+        "priority: they must match the hosts' RoCE traffic class.",
     ]
     assert steps(sections(env.page(capsys, "flap"))["Next"])[:4] == [
         "Inspect the cable and transceivers of node-003/mlx5_1~leaf-01: reseat or replace them; read the optics "

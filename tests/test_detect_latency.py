@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 
 from fabricd.detect import DetectionEngine
 from fabricd.detect.latency import BaselineParams, Baselines
@@ -36,6 +37,26 @@ def test_baseline_is_robust_to_the_outliers_it_must_expose() -> None:
         b.score(("rtt",), ("a", "b"), float(i), 200e-6)
     baseline = b.series_median(("a", "b"))
     assert baseline is not None and baseline < 25e-6
+
+
+def test_a_straggler_stays_an_outlier_on_a_small_fleet_while_its_partners_take_turns() -> None:
+    # A 4-node random variant: node-2 turns 2x slow, and each round one partner runs with it and is
+    # as slow (a collective is as slow as its slowest member). Against the members' latest runs,
+    # half the fleet was slow at once: node-2 scored 9 on its first slow run and 0.7 on the next.
+    b = Baselines(BaselineParams(min_history=3))
+    group = ("all_reduce", "4294967296")
+    scores: dict[str, list[float]] = {}
+    for k in range(12):
+        partner = ("node-1", "node-3", "node-4")[k % 3]
+        for n in ("node-1", "node-2", "node-3", "node-4"):
+            slow = k >= 6 and n in ("node-2", partner)
+            t = (0.085 if slow else 0.0446) * (1 + 0.002 * ((k + len(n)) % 3))
+            scores.setdefault(n, []).append(b.score(group, (n, *group), 100.0 + 5 * k + 0.1 * int(n[-1]), t)[1])
+    assert all(z > 4 for z in scores["node-2"][6:]), scores["node-2"]
+    # each partner is slow in one run of three: never twice in a row, so "for" keeps it out
+    for n in ("node-1", "node-3", "node-4"):
+        slow_runs = [k for k, z in enumerate(scores[n]) if z > 4]
+        assert all(b - a > 1 for a, b in pairwise(slow_runs)), (n, scores[n])
 
 
 def test_sustained_p99_rise_on_pairs_through_one_node_is_a_tail_latency_incident_with_hysteresis() -> None:

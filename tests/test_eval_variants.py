@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fabricd.sim import eval as ev
 from fabricd.sim.scenario import load, parse
 
@@ -99,3 +101,142 @@ def test_a_pfc_storm_whose_rules_run_out_with_the_pausing_roots_is_not_hol_block
     fault = {"kind": "pfc_storm", "at": at, "start": "180s", "severity": 0.76, "load": 0.73}
     result = ev.evaluate(_variant("storm-6", 627, "10s", topology, fault))
     assert _opened(result) == [("pfc_storm", at)]
+    assert result.faults[0].on_time
+
+
+def test_a_pfc_storm_that_starts_mid_scrape_is_reported_within_two_intervals() -> None:
+    """At a 5 s scrape the first scrape after the onset sees part of an interval (here 74 % paused);
+    the storm rule then waited for two whole intervals above 80 % and opened 17.7 s after the onset,
+    past the deadline (symptoms + 2 intervals): rules/detection/pfc.yaml, ``pause_storm_tx``."""
+    topology = {"nodes": 24, "hcas_per_node": 4, "nodes_per_leaf": 4, "spines": 3, "link_layer": "roce"}
+    at = "node-002/mlx5_2"
+    fault = {"kind": "pfc_storm", "at": at, "start": "120s", "severity": 0.82, "load": 0.4}
+    result = ev.evaluate(_variant("storm-24", 151, "5s", topology, fault))
+    assert _opened(result) == [("pfc_storm", at)]
+    (found,) = result.faults
+    assert found.on_time, found
+
+
+def test_an_hol_whose_root_is_not_seen_yet_opens_no_congestion_on_a_paused_hosts_leaf() -> None:
+    """On a 6-node fabric at a 10 s scrape, HOL waited a scrape for its root's marks while a paused
+    host's first slow pairs (its pause rule not fired yet) and the pending pairs through it voted
+    for that host's leaf: congestion opened on ``leaf-02`` 2.5 s before HOL blocking on the root
+    (fabricd/detect/hol.py, ``_claim_victims``)."""
+    topology = {"nodes": 6, "hcas_per_node": 2, "nodes_per_leaf": 2, "spines": 2, "link_layer": "roce"}
+    at = "node-005/mlx5_1"
+    fault = {"kind": "hol_blocking", "at": at, "start": "150s", "severity": 0.61, "load": 0.35}
+    result = ev.evaluate(_variant("hol-6", 503, "10s", topology, fault))
+    assert _opened(result) == [("hol_blocking", at)]
+
+
+def test_a_storms_victims_pending_pairs_make_no_stalled_leaf_and_no_hol_beside_it() -> None:
+    """A storm claims its victims' slow pairs, fired and pending; the no-pause-counter HOL path
+    counted the pending ones still, found the storm's leaf stalled, and opened HOL blocking on the
+    one port of it not stalled (a paused neighbour) 7 s after the storm (fabricd/detect/hol.py,
+    ``_slow_pairs``)."""
+    topology = {"nodes": 24, "hcas_per_node": 4, "nodes_per_leaf": 8, "spines": 4, "link_layer": "roce"}
+    at = "node-015/mlx5_0"
+    fault = {"kind": "pfc_storm", "at": at, "start": "120s", "severity": 0.6, "load": 0.5}
+    result = ev.evaluate(_variant("storm-24-8", 8, "10s", topology, fault))
+    assert _opened(result) == [("pfc_storm", at)]
+
+
+def test_a_straggler_on_a_4_node_fabric_is_reported_within_two_intervals() -> None:
+    """On 4 nodes the straggler's partner is as slow as it in each run together: judged against the
+    members' latest runs, half the fleet was slow at once, and the straggler scored 9 on its first
+    slow run, 0.7 on its second; the efficiency rule reported it three runs later, 11.3 s after
+    the symptom (fabricd/detect/latency.py, ``FLEET_RUNS``)."""
+    topology = {"nodes": 4, "hcas_per_node": 4, "nodes_per_leaf": 2, "spines": 3, "link_layer": "infiniband"}
+    fault = {"kind": "straggler", "at": "node-002", "start": "180s", "severity": 0.6, "load": 0.53}
+    result = ev.evaluate(_variant("v-straggler-infiniband-2", 466, "5s", topology, fault))
+    assert _opened(result) == [("straggler", "node-002")]
+    (found,) = result.faults
+    assert found.on_time, found
+
+
+def test_a_prober_whose_every_path_crosses_the_congested_link_does_not_clear_it() -> None:
+    """node-024's four probed paths all crossed the congested uplink: its prober's common mode took
+    the queue out of all four, they counted as healthy paths through the link, and the link sat at
+    0.70-0.72 consistency against the guard's 0.75 for 20 s, 26 s after the first symptoms in all
+    (fabricd/detect/base.py, ``blind_spots``)."""
+    topology = {"nodes": 48, "hcas_per_node": 2, "nodes_per_leaf": 8, "spines": 2, "link_layer": "infiniband"}
+    at = "leaf-03~spine-02"
+    fault = {"kind": "congestion", "at": at, "start": "90s", "severity": 0.54, "load": 0.53}
+    result = ev.evaluate(_variant("v-congestion-infiniband-1", 642, "10s", topology, fault))
+    assert _opened(result) == [("congestion", at)]
+    (found,) = result.faults
+    assert found.on_time, found
+
+
+def test_the_first_outage_pairs_into_a_flapping_host_link_do_not_open_the_fabric_link_they_crossed() -> None:
+    """The first two pairs to lose their probes both went to node-001 over leaf-04~spine-03 (the
+    routes to a destination share its spine); the flap opened on that fabric link, 1.2 s before the
+    host link with seven pairs (fabricd/detect/network.py, ``_shared_end``)."""
+    topology = {"nodes": 8, "hcas_per_node": 1, "nodes_per_leaf": 2, "spines": 3, "link_layer": "infiniband"}
+    at = "node-001/mlx5_0~leaf-01"
+    fault = {"kind": "link_flap", "at": at, "start": "180s", "severity": 0.76, "load": 0.75}
+    result = ev.evaluate(_variant("v-link_flap-infiniband-2", 833, "5s", topology, fault))
+    assert _opened(result) == [("link_flap", at)]
+
+
+@pytest.mark.parametrize(
+    ("topology", "at"),
+    [
+        pytest.param(
+            {"nodes": 8, "hcas_per_node": 1, "nodes_per_leaf": 2, "spines": 3, "link_layer": "infiniband"},
+            "leaf-02~spine-01",
+            id="ib-8",
+        ),
+        pytest.param(
+            {"nodes": 16, "hcas_per_node": 2, "nodes_per_leaf": 4, "spines": 2, "link_layer": "roce"},
+            "leaf-03~spine-02",
+            id="roce-16",
+        ),
+    ],
+)
+def test_a_flapping_fabric_link_is_one_flap_on_that_link(topology: dict[str, Any], at: str) -> None:
+    """No fault of the shipped set flaps a fabric link. On 8 InfiniBand nodes every pair of node-004
+    crossed it (one spine carries all traffic to a destination) and its host link opened first;
+    on 16 RoCE nodes the retransmits an outage leaves for the next scrape opened ``packet_loss`` on
+    another leaf between outages (fabricd/detect/loss.py, ``_claim_crossing``)."""
+    fault = {"kind": "link_flap", "at": at, "start": "150s", "severity": 0.8, "load": 0.6}
+    result = ev.evaluate(_variant(f"ff-{at}", 77, "5s", topology, fault))
+    assert _opened(result) == [("link_flap", at)]
+    (found,) = result.faults
+    assert found.on_time, found
+
+
+@pytest.mark.parametrize(
+    ("topology", "at", "seed", "severity", "load"),
+    [
+        pytest.param(
+            {"nodes": 16, "hcas_per_node": 1, "nodes_per_leaf": 4, "spines": 2, "link_layer": "infiniband"},
+            "leaf-03~spine-01",
+            127,
+            0.55,
+            0.41,
+            id="ib-16",
+        ),
+        pytest.param(
+            {"nodes": 12, "hcas_per_node": 1, "nodes_per_leaf": 2, "spines": 3, "link_layer": "infiniband"},
+            "leaf-01~spine-03",
+            993,
+            0.82,
+            0.76,
+            id="ib-12",
+        ),
+    ],
+)
+def test_a_lossy_fabric_link_with_sequence_errors_behind_two_leaves_is_reported_within_two_intervals(
+    topology: dict[str, Any], at: str, seed: int, severity: float, load: float
+) -> None:
+    """A lossy fabric link's pairs fire one by one (each once its 60 s window holds about two lost
+    probes): half of its probed paths were lossy 47 s (ib-16) and 32 s (ib-12) after the fault, at
+    10 s scrapes. The sequence errors at the ends of RDMA flows across it, behind two leaves at
+    least, say the fabric drops packets; a quarter of the paths then places it
+    (rules/detection/loss.yaml, ``loss_consistency_corroborated``)."""
+    fault = {"kind": "lossy_link", "at": at, "start": "120s", "severity": severity, "load": load}
+    result = ev.evaluate(_variant(f"lf-{at}", seed, "10s", topology, fault))
+    assert _opened(result) == [("packet_loss", at)]
+    (found,) = result.faults
+    assert found.on_time, found

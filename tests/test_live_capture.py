@@ -7,9 +7,12 @@ import gzip
 import shutil
 from pathlib import Path
 
-from tests.support.relive import replay_stored
+from tests.support.relive import replay_both, replay_stored
 
 CASES = Path(__file__).parent / "cases" / "live"
+# The demo's deadline: symptoms reach the counters at the first scrape after the fault's start (one
+# 5 s interval), and the incident is due two intervals later (fabricd/sim/eval.py).
+DEADLINE_SECONDS = 15.0
 
 
 def _unpacked(case: str, tmp_path: Path) -> Path:
@@ -25,7 +28,9 @@ def test_the_demos_receivers_past_the_hold_are_the_fabric_links_not_their_own(tm
     short of the guard. While bad pairs elsewhere are coming in, a receiver waits on (up to twice
     the hold), and then the open link claims its marks."""
     opened = replay_stored(_unpacked("demo_receivers_past_the_hold", tmp_path))
-    assert sorted({(o.kind, o.element) for o in opened}) == [("congestion", "leaf-02~spine-01")]
+    assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
+    # on time since its slow pairs count against the pairs in the rule's hysteresis band only (20 s before)
+    assert opened[0].ts - 1796297454.04 <= DEADLINE_SECONDS
 
 
 def test_receivers_marked_behind_several_leaves_wait_for_the_probes_however_long(tmp_path: Path) -> None:
@@ -34,4 +39,50 @@ def test_receivers_marked_behind_several_leaves_wait_for_the_probes_however_long
     run of ``tests/test_demo.py`` did the same). Receivers marked behind two leaves at least are
     the ends of one fabric queue's flows: they wait for the probes, which name the link (late)."""
     opened = replay_stored(_unpacked("demo_probes_under_the_guard", tmp_path))
-    assert sorted({(o.kind, o.element) for o in opened}) == [("congestion", "leaf-02~spine-01")]
+    assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
+    assert opened[0].ts - 1796298731.09 < 40.0  # still late, but no longer 68 s (see the next test)
+
+
+def test_pairs_between_3_and_6_sigmas_do_not_count_as_healthy_against_the_link(tmp_path: Path) -> None:
+    """A third live demo: for 10 s, 5 of the 13 probed pairs through the congested uplink sat between
+    the queue rule's clear (3 sigmas) and its condition (6), a loaded host's probe jitter against the
+    140 us queue. Counted healthy, they held the link under the guard's 75 % and the slow pairs
+    localized to their hosts instead: the link opened 18.9 s after the fault (deadline 15 s). They
+    are neither slow nor healthy (``EvalContext.rtt_unsure``): the link opens at 13.8 s, and at 8.8 s
+    with the marks' majority guard below."""
+    opened = replay_stored(_unpacked("demo_pairs_in_the_hysteresis_band", tmp_path))
+    assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
+    assert opened[0].ts - 1796309211.4936206 <= DEADLINE_SECONDS
+
+
+def test_fired_marks_beside_a_majority_of_slow_paths_name_the_link(tmp_path: Path) -> None:
+    """A fourth live demo: once the receivers' marks had fired, 8 of the uplink's probed paths were
+    slow at 0.74 consistency for two evaluations, against the guard's 0.75: the link opened at
+    15.8 s, late. The marks say a fabric queue exists; with them, a majority of the element's
+    probed paths places it (``congestion_rtt_consistency_marked``): 10.8 s."""
+    opened = replay_stored(_unpacked("demo_marks_beside_pairs_at_074", tmp_path))
+    assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
+    assert opened[0].ts - 1796310363.2111025 <= DEADLINE_SECONDS
+
+
+def test_an_open_links_receivers_keep_it_open_while_the_queue_lasts(tmp_path: Path) -> None:
+    """A fifth live demo (a CI run of ``tests/test_demo.py``): after four minutes the congested
+    uplink's probed pairs faded under the guard, and 16 receivers' marks, claimed as the open link's,
+    did not keep it active: it resolved as quiet at 361 s with its fault going on, and a receiver's
+    host link opened at 411 s. The marks keep their one open fabric incident active
+    (``EvalContext.active``), and a prober whose every path crosses the link no longer clears it."""
+    opened, resolved = replay_both(_unpacked("demo_link_quiet_while_congested", tmp_path))
+    assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
+    assert opened[0].ts - 1796322144.8746717 <= DEADLINE_SECONDS
+    assert resolved == []
+
+
+def test_receivers_marked_behind_several_leaves_do_not_take_the_links_first_pairs(tmp_path: Path) -> None:
+    """A sixth live demo (CI's ``tests/test_eval_live.py``): five slow pairs had fired by 13.9 s,
+    but the greedy cover gave them to the receivers' host links (their marks and their own slow
+    pairs outscore the uplink), held as the ends of one fabric queue's flows; no fabric cluster
+    formed until ten pairs had fired, and the link opened at 18.9 s, late. With marks behind
+    several leaves, the pairs are placed among themselves first: 8.9 s."""
+    opened = replay_stored(_unpacked("demo_receivers_take_the_links_pairs", tmp_path))
+    assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
+    assert opened[0].ts - 1796327250.381561 <= DEADLINE_SECONDS

@@ -11,6 +11,7 @@ from fabricd import units
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal, max_severity
 from fabricd.detect.localize import Cluster, Localizer, Symptom
+from fabricd.detect.roundtrip import DIRECTED, link_of
 from fabricd.model import Candidate, Evidence, IncidentKind
 from fabricd.signal_table import BY_NAME
 from fabricd.topology import ElementKind
@@ -43,6 +44,12 @@ class EvalContext:
     interval: float = 10.0  # the fleet's scrape interval (learned by the engine)
     run_hosts: dict[str, list[tuple[float, set[str]]]] = field(default_factory=dict)  # node -> NCCL runs' hosts
     run_scores: dict[str, dict[float, float]] = field(default_factory=dict)  # node -> run ts -> fleet score
+    # probe pairs whose last queue score is in the rule's hysteresis band (over ``clear``, not over
+    # the condition): neither slow nor healthy, so they count neither way where a queue is placed
+    rtt_unsure: set[tuple[str, str]] = field(default_factory=set)
+    # keys of open incidents whose own symptoms showed in this evaluation without a proposal of
+    # theirs (an open fabric queue's receivers' marks): they are not quiet (IncidentBook.touch)
+    active: set[str] = field(default_factory=set)
 
     def param(self, name: str, default: float) -> float:
         return self.params.get(name, default)
@@ -69,9 +76,14 @@ class EvalContext:
     def hca(self, f: Finding) -> str:
         return self.hca_of.get((f.node, f.device)) or self.localizer.hca(f.node, f.device)
 
-    def healthy_symptoms(self, bad_pairs: set[tuple[str, str]]) -> list[Symptom]:
+    def healthy_symptoms(self, bad_pairs: set[tuple[str, str]], common_mode: bool = False) -> list[Symptom]:
+        """The probe pairs not in ``bad_pairs``, as symptoms observed fine. ``common_mode``: the
+        pairs' delays had their prober's common mode taken out (``fabricd.detect.delays``), so a
+        pair is blind to the fabric elements every pair of its prober crosses (``blind_spots``)."""
         loc = self.localizer
-        return [loc.pair_symptom(p, p[0], p[1]) for p in self.healthy_pairs if p not in bad_pairs]
+        out = [loc.pair_symptom(p, p[0], p[1]) for p in self.healthy_pairs if p not in bad_pairs]
+        spots = blind_spots(loc, self.healthy_pairs) if common_mode else {}
+        return [_without(s, spots[s.ref[0]]) if s.ref[0] in spots else s for s in out]
 
     def pair_symptoms(self, findings: Sequence[Finding]) -> list[Symptom]:
         """The pairs' symptoms, each weighted by how far over its threshold it is against the
@@ -87,15 +99,19 @@ class EvalContext:
                 out |= elements
         return out
 
-    def claim_touching(self, signals: Iterable[str], ports: Collection[str]) -> list[Finding]:
+    def claim_touching(self, signals: Iterable[str], ports: Collection[str], pending: bool = False) -> list[Finding]:
         """Claim pair findings with an end on one of the HCA ``ports`` (in every path alternative),
-        and per-node findings (NCCL) of those ports' nodes."""
+        and per-node findings (NCCL) of those ports' nodes; ``pending``: those not firing yet too."""
         if not ports:
             return []
         hosts = {self.localizer.node_of(p) for p in ports}
         nodes = {h for h in hosts if h}
+        wanted = set(signals)
+        candidates = self.signal(*wanted)
+        if pending:
+            candidates += [f for f in self.pending if id(f) not in self.claimed and f.signal in wanted]
         found = []
-        for f in self.signal(*signals):
+        for f in candidates:
             if f.signal in PAIR_SIGNALS:
                 used = self.localizer.pair_ports(f.node, f.device)
                 if used and sum(share for port, share in used.items() if port in ports) >= 1.0 - 1e-9:
@@ -263,3 +279,40 @@ def _ends_of_open(ctx: EvalContext, kind: IncidentKind, place: set[str]) -> bool
         return False
     fabric = (ElementKind.FABRIC_LINK, ElementKind.SWITCH)
     return any(ctx.localizer.kind(e) in fabric for e in opened)
+
+
+def blind_spots(loc: Localizer, pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
+    """Per prober, the fabric links and remote switches that every one of its probed pairs crosses.
+
+    The prober's common mode (what even its least-delayed pair got on top of its normal: its host's
+    jitter) is taken out of each of its pairs' delays; a queue on an element all its pairs cross
+    is taken out with it, so those pairs look clean and must not clear that element. A random
+    variant (48 nodes, 8 a leaf, 2 spines, InfiniBand) had node-024's four probed paths all through
+    the congested leaf-03~spine-02: its 100 us were its "host share", its pairs counted healthy,
+    and the link sat at 0.70-0.72 consistency against the guard's 0.75 for 20 s. The prober's own
+    node, ports, host links and leaf are left as they are: its own pairs are what clears them.
+    """
+    shared: dict[str, frozenset[str]] = {}
+    counts: dict[str, int] = {}
+    for src, dst in pairs:
+        common = loc.round_trip(src, dst)[1]
+        shared[src] = shared[src] & common if src in shared else common
+        counts[src] = counts.get(src, 0) + 1
+    out = {}
+    for src, common in shared.items():
+        if counts[src] < 2:
+            continue  # one pair has no common mode to take out (delays: two at least)
+        own = {loc.leaf(src), *(loc.leaf(h) for h in loc.hcas(src))}
+        blind = frozenset(e for e in common if e not in own and _fabric(loc, e))
+        if blind:
+            out[src] = blind
+    return out
+
+
+def _fabric(loc: Localizer, key: str) -> bool:
+    kind = loc.kind(link_of(key) if DIRECTED in key else key)
+    return kind is ElementKind.FABRIC_LINK or kind is ElementKind.SWITCH
+
+
+def _without(s: Symptom, blind: frozenset[str]) -> Symptom:
+    return Symptom(s.ref, tuple(alt - blind for alt in s.alternatives), s.weight, s.pair, s.certain() - blind)

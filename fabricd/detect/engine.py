@@ -64,7 +64,9 @@ class DetectionEngine:
         self.run_hosts: dict[str, list[tuple[float, set[str]]]] = {}  # node -> its last NCCL runs' hosts
         self.run_scores: dict[str, dict[float, float]] = {}  # node -> run ts -> its fleet score
         self._last_eval = float("-inf")
+        self._active: set[str] = set()  # the last evaluation's EvalContext.active
         self._pairs: dict[tuple[str, str], float] = {}  # probe pair -> last observed
+        self._queue_scores: dict[tuple[str, str], float] = {}  # probe pair -> last rtt_queue_outlier
         self._ifaces: dict[str, set[str]] = {}  # node -> ethtool/netlink interface names
         self._ib_devices: dict[str, set[str]] = {}
         self._hca_of: dict[tuple[str, str], str] = {}
@@ -220,6 +222,14 @@ class DetectionEngine:
             self._pairs[(node, device)] = ts
         self._observe(signal, node, device, port, labels, ts, value)
 
+    def _observe_delay(
+        self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float
+    ) -> None:
+        """The delay scores, off the per-sample path: the queue score is kept per pair as well."""
+        if signal == "rtt_queue_outlier":
+            self._queue_scores[(node, device)] = value
+        self._observe(signal, node, device, port, labels, ts, value)
+
     def _observe(self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float) -> None:
         for rule in self._by_signal.get(signal, ()):
             self.tracker.observe(rule, node, device, port, labels, ts, value)
@@ -235,7 +245,7 @@ class DetectionEngine:
             for (node, peer, labels, ts), (low, p99) in self._rtt_rows.items():
                 self.delays.add(node, peer, labels, ts, low, p99)
             self._rtt_rows.clear()
-            self.delays.flush(self._observe)
+            self.delays.flush(self._observe_delay)
 
     def _evaluate(self, now: float, changed: dict[str, Incident]) -> None:
         self._flush()
@@ -244,6 +254,7 @@ class DetectionEngine:
         if firing and (structural or now > self._last_eval):
             for inc in self.book.apply(self._propose(now, firing), now):
                 changed[inc.key] = inc
+            self.book.touch(self._active, now)
         for inc in self.book.resolve_quiet(now):
             changed[inc.key] = inc
         self._last_eval = now
@@ -269,6 +280,7 @@ class DetectionEngine:
             interval=self.interval or DEFAULT_INTERVAL_SECONDS,
             run_hosts=self.run_hosts,
             run_scores=self.run_scores,
+            rtt_unsure=self._unsure(healthy),
         )
         for inc in self.book.open():
             ctx.open_elements.setdefault(inc.kind, set()).add(inc.element)
@@ -277,6 +289,7 @@ class DetectionEngine:
         out: list[Proposal] = []
         for detect in DETECTORS:
             out.extend(detect(ctx))
+        self._active = ctx.active
         return out
 
     def _rx_utilization(self) -> dict[str, float]:
@@ -286,6 +299,14 @@ class DetectionEngine:
             for (node, dev, _), c in self.extractor.ports.items()
             if c.rx_utilization is not None
         }
+
+    def _unsure(self, healthy: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Recent pairs whose queue score sits between the rule's ``clear`` and its condition."""
+        rule = next((r for r in self._by_signal.get("rtt_queue_outlier", ()) if r.clear is not None), None)
+        if rule is None or rule.clear is None:
+            return set()
+        low = rule.clear.threshold
+        return {p for p in healthy if self._queue_scores.get(p, 0.0) >= low}
 
     def _healthy(self, now: float) -> list[tuple[str, str]]:
         horizon = now - self.rules.lifecycle.stale_seconds

@@ -164,8 +164,13 @@ def _claim_victims(ctx: EvalContext, ports: set[str], found: Sequence[Finding]) 
     and jobs of those ports. Throttled senders anywhere are the root's (their CNPs come from its
     marks); NCCL slowdowns that began once the pauses had begun are victims' too (a job is as slow as
     its most paused member and members rotate, so victims are not only the paused hosts), while a
-    node already slow before (a straggler) keeps its finding."""
-    slow = ctx.claim_touching(VICTIM_SIGNALS, ports)
+    node already slow before (a straggler) keeps its finding. Ports seen paused once (their pause
+    rule's ``for`` still running) are victims too, and pairs not fired yet are claimed with the
+    fired ones: hosts scrape at their own phase, so while HOL waits for its root, a paused host's
+    first slow pairs and the pending ones through it voted for its leaf as a congested switch and
+    opened congestion there a scrape before HOL blocking (a 6-node random variant)."""
+    ports = ports | {ctx.hca(f) for f in ctx.pending_of([IncidentKind.HOL_BLOCKING]) if f.signal == "rx_pause_ratio"}
+    slow = ctx.claim_touching(VICTIM_SIGNALS, ports, pending=True)
     ctx.claim(ctx.signal(*THROTTLED))
     started = [f.started_ts for f in [*found, *slow]]
     if started:
@@ -221,7 +226,25 @@ def _stalled_leaf(ctx: EvalContext, stalled: dict[str, float]) -> str | None:
     n = sum(1 for p in stalled if ctx.localizer.leaf(p) == leaf)
     if n < ctx.param("hol_min_stalled_ports", 3) or n / max(1, probed[leaf]) < ctx.param("hol_stalled_share", 0.5):
         return None
+    if _pauses_counted(ctx) and not _paused_on(ctx, leaf):
+        return None
     return leaf if _within_leaf_slow(ctx, leaf) else None
+
+
+def _pauses_counted(ctx: EvalContext) -> bool:
+    """Whether the fabric's ports count their pauses: on Ethernet (RoCE) head-of-line blocking *is*
+    PFC pauses, which the hosts' ``rx/tx_prio*_pause_duration`` show, so ports slow with no pause
+    seen are not HOL but a queue (or a loaded prober) the congestion detector weighs. Live, under a
+    loaded CI host, the demo's congested uplink slowed most of its leaf's pairs, noise the rest, and
+    the stall signature opened HOL blocking on a host of that leaf beside the congestion."""
+    topo = ctx.localizer.topology
+    return topo is not None and topo.link_layer != "infiniband"
+
+
+def _paused_on(ctx: EvalContext, leaf: str) -> bool:
+    """Whether a host behind ``leaf`` pauses or is paused (firing or its rule's ``for`` running)."""
+    pauses = (f for f in [*ctx.findings, *ctx.pending] if f.signal in ("rx_pause_ratio", "tx_pause_ratio"))
+    return any(ctx.localizer.leaf(ctx.hca(f)) == leaf for f in pauses)
 
 
 def _within_leaf_slow(ctx: EvalContext, leaf: str) -> bool:
@@ -247,8 +270,10 @@ def _within(ctx: EvalContext, pair: tuple[str, str], leaf: str) -> bool:
 
 
 def _slow_pairs(ctx: EvalContext) -> set[tuple[str, str]]:
-    """The probed pairs (prober, peer) with a queue outlier, firing or pending."""
-    slow = [*ctx.signal("rtt_queue_outlier"), *(f for f in ctx.pending if f.signal == "rtt_queue_outlier")]
+    """The probed pairs (prober, peer) with a queue outlier, firing or pending, that no incident
+    proposed before (a storm's victims) has claimed."""
+    pending = (f for f in ctx.pending if f.signal == "rtt_queue_outlier" and id(f) not in ctx.claimed)
+    slow = [*ctx.signal("rtt_queue_outlier"), *pending]
     return {(f.node, f.device) for f in slow}
 
 

@@ -97,6 +97,14 @@ class IncidentBook:
                 changed[inc.key] = inc
         return list(changed.values())
 
+    def touch(self, keys: Iterable[str], now: float) -> None:
+        """Open incidents whose own symptoms showed at ``now`` without a proposal of theirs (the
+        receivers' marks of an open fabric queue, ``EvalContext.active``) are not quiet."""
+        for key in keys:
+            e = self._entries.get(key)
+            if e is not None and e.incident.state is not IncidentState.RESOLVED:
+                e.last_active = max(e.last_active, now)
+
     def resolve_quiet(self, now: float) -> list[Incident]:
         out = []
         for e in self._entries.values():

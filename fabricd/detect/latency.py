@@ -65,9 +65,19 @@ class _Series:
     ready: bool = False
 
 
+# The fleet a run is judged against is each member's median of its last runs, not its latest run:
+# a straggler's partner is slow in their run together (a collective is as slow as its slowest
+# member), so on a small fleet half the latest runs were slow at once and their median with them. A
+# 4-node random variant scored its straggler 9 on its first slow run and 0.7 on the next, when its
+# partner's slow run had joined the fleet; only the efficiency rule, three runs later, reported it,
+# a second late. A healthy node paired once with a slow one is slow in one run of its last five;
+# a fleet-wide change (a new job, a shared slowdown) moves every member's median within three runs.
+FLEET_RUNS = 5
+
+
 @dataclass(slots=True)
 class _Fleet:
-    latest: dict[tuple[str, ...], float] = field(default_factory=dict)
+    recent: dict[tuple[str, ...], deque[float]] = field(default_factory=dict)
     med: float = 0.0
     scale: float = 0.0
     ts: float = float("-inf")  # event time the fleet statistics were computed at
@@ -87,8 +97,11 @@ class Baselines:
         fleet_score = 0.0
         if self.p.fleet_gate:  # otherwise the fleet's statistics are never used: not kept
             fleet = self._fleet(group, ts)
-            fleet.latest[key] = value
-            fleet_score = self._z(value, fleet.med, fleet.scale) if len(fleet.latest) >= 3 else 0.0
+            runs = fleet.recent.get(key)
+            if runs is None:
+                runs = fleet.recent[key] = deque(maxlen=FLEET_RUNS)
+            runs.append(value)
+            fleet_score = self._z(value, fleet.med, fleet.scale) if len(fleet.recent) >= 3 else 0.0
         s = self._series.get(key)
         if s is None:
             s = self._series[key] = _Series(deque(maxlen=self.p.history))
@@ -109,8 +122,8 @@ class Baselines:
         fleet = self._fleets.get(group)
         if fleet is None:
             fleet = self._fleets[group] = _Fleet()
-        if ts - fleet.ts > self.round and len(fleet.latest) >= 3:
-            fleet.med, fleet.scale = self._stats(list(fleet.latest.values()))
+        if ts - fleet.ts > self.round and len(fleet.recent) >= 3:
+            fleet.med, fleet.scale = self._stats([median(runs) for runs in fleet.recent.values()])
             fleet.ts = ts
         return fleet
 
@@ -153,6 +166,7 @@ def _tail(ctx: EvalContext) -> list[Proposal]:
         absorb_strong=True,
         guard=guard,
         absorb_into=ctx.open_network_elements(),
+        common_mode=True,
     )
 
 

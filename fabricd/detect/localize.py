@@ -24,9 +24,11 @@ from fabricd.detect.votes import (
     Cluster,
     Symptom,
     Tally,
+    background_rate,
     below_is_noise,
     certain_votes,
     group_consistency,
+    split_below,
     subject,
     ties,
     votes,
@@ -250,7 +252,7 @@ class Localizer:
         good, good_certain = votes(fine), certain_votes(fine)
         clusters: list[Cluster] = []
         while remaining:
-            tally = Tally(votes(remaining), good, certain_votes(remaining), good_certain, remaining)
+            tally = Tally(votes(remaining), good, certain_votes(remaining), good_certain, remaining, fine)
             scores, keys = self._scores(tally)
             if not scores:
                 break
@@ -317,7 +319,7 @@ class Localizer:
         if not any(len(s.alternatives) > 1 for s in explained):
             return None  # every path known: the switch itself is what they share
         tied = [e for e, v in scores.items() if self.kind(e) is ElementKind.SWITCH and ties(v, scores[best])]
-        groups = [(sw, links) for sw in sorted(tied) if (links := self._top_links(sw, scores, remaining))]
+        groups = [(sw, links) for sw in sorted(tied) if (links := self._top_links(sw, scores, remaining, tally))]
         if not groups or groups[0][0] != best:
             return None
         tops = {sw: max(scores[link] for link in links) for sw, links in groups}
@@ -330,15 +332,18 @@ class Localizer:
             return self._cluster(ranked, remaining, tally, keys)
         return self._ambiguous(best, members, remaining, tally)
 
-    def _top_links(self, switch: str, scores: Mapping[str, float], remaining: list[Symptom]) -> list[str]:
+    def _top_links(self, switch: str, scores: Mapping[str, float], remaining: list[Symptom], tally: Tally) -> list[str]:
         """The switch's fabric links within STANDS_OUT of its best one; [] when a bad symptom
-        reaches the switch without crossing one of its fabric links (a fault below it), unless that
-        symptom is far weaker than the ones through the links (``votes.below_is_noise``)."""
+        reaches the switch without crossing one of its fabric links (a fault below it), unless
+        those symptoms are noise beside the ones through the links (``votes.below_is_noise``)."""
         links = set(self._fabric_links.get(switch, []))
-        through = [s for s in remaining if any(switch in alt for alt in s.alternatives)]
-        below = [s for s in through if not all(links & alt for alt in s.alternatives)]
-        if not links or (below and not below_is_noise(below, [s for s in through if s not in below])):
+        if not links:
             return []
+        below, over = split_below(switch, links, remaining)
+        if below:
+            background = background_rate(switch, links, remaining, tally.healthy)
+            if not below_is_noise(below, over, split_below(switch, links, tally.healthy), background):
+                return []
         voted = sorted((scores[link], link) for link in links if scores.get(link, 0.0) > 0)
         if not voted:
             return []

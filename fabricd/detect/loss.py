@@ -13,8 +13,9 @@ Probe loss during a flap is the flap's, not a second (packet_loss) incident, and
 of its 60 s loss window after its outages ended: they cross the open flap's link and are not a
 second flap either. While a link is flapping, retransmits and sequence errors anywhere are its too:
 every RC queue pair with traffic through the link times out and retransmits, and its peer sees the
-gap, whichever leaf the two ends are on; such weak symptoms cannot say where their loss was, so
-they cannot stand for another loss. Probe loss on pairs crossing the element of an open
+gap, whichever leaf the two ends are on (and an outage's show in the scrape after it, between
+outages); such weak symptoms cannot say where their loss was, so while a flap is open they cannot
+stand for another loss. Probe loss on pairs crossing the element of an open
 packet_loss incident (a 60 s window still draining after the fault cleared) is that incident's, not
 a new one elsewhere on the path.
 """
@@ -57,9 +58,14 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
         absorb_strong=False,
         guard=guard,
         absorb_into=flapping,
+        # the first outage pairs into a flapping host link may share one fabric link: wait until the
+        # host's other pairs have been probed since (an interval) before blaming that link
+        shared_end_hold=ctx.interval,
     )
-    # Between outages the flap incident is still open: its probe loss is still the flap's.
-    _claim_crossing(ctx, [p.element for p in out] + sorted(flapping), everywhere=bool(out))
+    # Between outages the flap incident is still open: its probe loss is still the flap's, and so
+    # are retransmits and sequence errors anywhere (an outage's show in the scrape after it: a
+    # random fabric-link flap on RoCE opened packet_loss on another leaf from two such nodes).
+    _claim_crossing(ctx, [p.element for p in out] + sorted(flapping), everywhere=bool(out or flapping))
     return out
 
 
@@ -82,7 +88,13 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
             return []
         weak = [f for f in found if f.signal in WEAK]
         return by_leaf(ctx, IncidentKind.PACKET_LOSS, weak, "(or one of its uplinks) is dropping packets")
-    guard = PairGuard(int(ctx.param("loss_min_pairs", 2)), ctx.param("loss_consistency", 0.5), LOSS_PLACES)
+    guard = PairGuard(
+        int(ctx.param("loss_min_pairs", 2)),
+        ctx.param("loss_consistency", 0.5),
+        LOSS_PLACES,
+        marked_consistency=ctx.param("loss_consistency_corroborated", 0.25),
+    )
+    fired_weak = [f for f in found if f.signal in WEAK]
     return cluster_network(
         ctx,
         IncidentKind.PACKET_LOSS,
@@ -98,6 +110,7 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
         # scrape, it made a port whose flows merely crossed the loss (its sequence errors, weak)
         # a second lossy link.
         weak_alone_waits=True,
+        corroborated=len({ctx.localizer.leaf(ctx.hca(f)) for f in fired_weak} - {None}) > 1,
     )
 
 
@@ -107,8 +120,8 @@ CROSSING = ("probe_loss_ratio", "rtt_queue_outlier", "rtt_p99_outlier", *sorted(
 def _claim_crossing(ctx: EvalContext, elements: list[str], everywhere: bool) -> None:
     """Claim, firing or still pending, the flapping elements' symptoms: probe loss and delay on
     pairs crossing one of them, and retransmits and sequence errors on their own ports, or
-    wherever they are while a flap shows (``everywhere``: its outages' evidence fires now; module
-    doc). Between outages, a weak symptom away from the link may be another loss's."""
+    wherever they are while a flap is open (``everywhere``; module doc): weak symptoms cannot say
+    where their loss was, and another lossy element shows its own probe loss or port errors."""
     if not elements:
         return
     blamed = set(elements)

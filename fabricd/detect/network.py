@@ -37,12 +37,14 @@ class PairGuard:
     min_consistency: float
     types: frozenset[str]
     excluded: frozenset[str] = frozenset()  # elements another detector explains
+    marked_consistency: float | None = None  # asked instead while fired marks behind several leaves concur
 
-    def passes(self, c: Cluster) -> bool:
+    def passes(self, c: Cluster, marked: bool = False) -> bool:
+        need = min(self.min_consistency, self.marked_consistency or 1.0) if marked else self.min_consistency
         return (
             c.element not in self.excluded
             and c.pair_count >= self.min_pairs
-            and c.consistency >= self.min_consistency
+            and c.consistency >= need
             and c.kind in self.types
         )
 
@@ -62,6 +64,10 @@ def cluster_network(
     local_hold_seconds: float = 0.0,
     sticky: bool = False,
     weak_alone_waits: bool = False,
+    unsure: Collection[tuple[str, str]] = (),
+    common_mode: bool = False,
+    shared_end_hold: float = 0.0,
+    corroborated: bool = False,
 ) -> list[Proposal]:
     """Vote over pair and port symptoms, then tidy the clusters into one proposal per root cause.
 
@@ -85,7 +91,12 @@ def cluster_network(
     ``sticky``: a fabric-level cluster that still points at an open incident's element nearly as
     strongly as at its winner is proposed on that element (``STICKY_SHARE``). ``weak_alone_waits``:
     a cluster whose only fired symptoms are weak waits until one of its others fires (a pending
-    strong symptom may be one isolated error; weak symptoms alone do not say where).
+    strong symptom may be one isolated error; weak symptoms alone do not say where). ``unsure``:
+    probe pairs that are neither bad nor healthy (a delay in the rule's hysteresis band), left out
+    of the healthy pairs that count against an element. ``common_mode``: the pairs are delays with
+    their prober's common mode taken out (``EvalContext.healthy_symptoms``). ``shared_end_hold``:
+    a cluster of pairs only, all ending at one node, waits this long (``_shared_end``).
+    ``corroborated``: port symptoms behind several leaves blame the fabric: the guard's marked form.
     """
     loc = ctx.localizer
     bad_pairs = {(f.node, f.device) for f in ev.pairs}
@@ -94,8 +105,15 @@ def cluster_network(
     symptoms += [loc.port_symptom(f, ctx.hca(f), weak_weight) for f in ev.weak]
     if not symptoms:
         return []
-    clusters = loc.explain(symptoms, ctx.healthy_symptoms(bad_pairs))
+    healthy = ctx.healthy_symptoms(bad_pairs | set(unsure), common_mode)
+    waiting = {id(f) for f in pending}
+    spread = bool(local_hold_seconds) and _marked_leaves(ctx, ev.strong, waiting) > 1
+    # marks behind several leaves: one queue's receivers, whose pairs are placed among themselves
+    # first (their host links took a live demo's first five pairs: tests/cases/live, "receivers take")
+    split = [[s for s in symptoms if s.pair], [s for s in symptoms if not s.pair]] if spread else [symptoms]
+    clusters = [c for part in split for c in loc.explain(part, healthy)]
     strong_ids = set(id(f) for f in ev.strong)
+    fired_strong = strong_ids - waiting  # pending marks spare no guard (a loaded CI host: tests/cases/live)
     opened = [e for e in absorb_into if loc.kind(e) in NETWORK_TYPES]
     kept, folded = _tidy(clusters, absorb_strong, strong_ids, opened)
     if places is not None:
@@ -103,21 +121,26 @@ def cluster_network(
     if guard is not None and absorb_strong:
         kept = _fold_stray_local(ctx, kept, folded, opened)
     out = []
-    waiting = {id(f) for f in pending}
     weak_ids = {id(f) for f in ev.weak} if weak_alone_waits else set()
-    spread = bool(local_hold_seconds) and _marked_leaves(ctx, ev.strong, waiting) > 1
     for cluster in kept:
-        if _waiting(cluster, folded.get(id(cluster), []), waiting, guard, ctx, absorb_into):
+        fabric_loss = corroborated and cluster.kind in NETWORK_TYPES
+        if _waiting(cluster, folded.get(id(cluster), []), waiting, guard, ctx, absorb_into, spread or fabric_loss):
             continue
         if weak_ids and _weak_alone(cluster, folded.get(id(cluster), []), waiting, weak_ids):
             continue
         if local_hold_seconds and _young_local(ctx, cluster, local_hold_seconds, ev.pairs, spread):
             continue
-        if _lingering(ctx, cluster, absorb_into) or (absorb_strong and _receivers_of_open(ctx, cluster, absorb_into)):
+        if shared_end_hold and _shared_end(ctx, cluster, shared_end_hold):
+            continue
+        if _lingering(ctx, cluster, absorb_into):
             ctx.claim(s.ref for s in cluster.symptoms)
             continue
-        marks = [s for c in (cluster, *folded.get(id(cluster), [])) for s in c.symptoms if id(s.ref) in strong_ids]
-        if guard is not None and not marks and not guard.passes(cluster):
+        if absorb_strong and _receivers_of_open(ctx, cluster, absorb_into):
+            ctx.claim(s.ref for s in cluster.symptoms)
+            ctx.active.update(_queue_of(kind, absorb_into, ctx))
+            continue
+        marks = [s for c in (cluster, *folded.get(id(cluster), [])) for s in c.symptoms if id(s.ref) in fired_strong]
+        if guard is not None and not marks and not guard.passes(cluster, marked=fabric_loss):
             continue
         findings = [s.ref for s in cluster.symptoms] + [s.ref for c in folded.get(id(cluster), []) for s in c.symptoms]
         ctx.claim(findings)
@@ -140,12 +163,16 @@ def _waiting(
     guard: PairGuard | None,
     ctx: EvalContext,
     open_elements: Collection[str],
+    spread: bool = False,
 ) -> bool:
     """Not proposed yet: every symptom pending, or the cluster's own symptoms pending and short of
-    the pair guard. Receivers' marks that fired (two scrapes) beside the first slow probes of a
-    fabric queue confirm it while the probes' own ``for`` runs: an interval sooner, which live
-    delivery needs to report within two intervals (the probes' min RTT shows a queue only from the
-    first scrape interval wholly inside the fault; docs/detection.md, "Time to detect, live"). Only
+    the pair guard (its majority form while fired marks sit behind several leaves, ``spread``: the
+    ends of one fabric queue's flows; an HOL root's marks on one port, beside the pending pairs of
+    its paused leaf, opened that leaf as congested before HOL blocking at 50 %). Receivers' marks
+    that fired (two scrapes) beside the first slow probes of a fabric queue confirm it while the
+    probes' own ``for`` runs: an interval sooner, which live delivery needs to report within two
+    intervals (the probes' min RTT shows a queue only from the first scrape interval wholly inside
+    the fault; docs/detection.md, "Time to detect, live"). Only
     at a fault's onset: while another fabric incident is open, the marks are its receivers', and a
     new cluster of first slow pairs waits for them to fire.
 
@@ -161,7 +188,7 @@ def _waiting(
         if all(id(s.ref) in waiting for c in folded for s in c.symptoms):
             return True
         elsewhere = any(e != cluster.element and ctx.localizer.kind(e) in NETWORK_TYPES for e in open_elements)
-        return elsewhere or guard is None or not guard.passes(cluster)
+        return elsewhere or guard is None or not guard.passes(cluster, marked=spread)
     return False
 
 
@@ -229,13 +256,30 @@ def _young_local(ctx: EvalContext, cluster: Cluster, hold: float, pairs: Sequenc
     return age < 2 * hold and any(not loc.crosses(f.node, f.device, [cluster.element]) for f in pairs)
 
 
+def _shared_end(ctx: EvalContext, cluster: Cluster, hold: float) -> bool:
+    """Whether a cluster of pairs only, every pair ending at one node, is younger than ``hold``: the
+    node's own link and a fabric link all its pairs crossed explain them alike until its port's
+    counters and the pairs elsewhere have been scraped (docs/detection.md, "Packet loss and link
+    flaps"; tests/test_eval_variants.py)."""
+    if not all(s.pair for s in cluster.symptoms):
+        return False  # a port's own counters (its link_downed) place it
+    ends = set.intersection(*({s.ref.node, s.ref.device} for s in cluster.symptoms))
+    return bool(ends) and ctx.now - min(s.ref.started_ts for s in cluster.symptoms) < hold
+
+
 def _receivers_of_open(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
-    """A cluster of port symptoms only (no pair), on a host, while an incident of this kind is open
-    on a fabric link or switch: the ends of flows that crossed it, whose marks outlast the probes'
-    by a scrape as the fault winds down (hysteresis), not a fault of their own."""
+    """Port symptoms only, on a host, while a fabric incident of this kind is open: the ends of flows
+    that crossed it, whose marks outlast its probes as the fault winds down, not a fault of their own."""
     if any(s.pair for s in cluster.symptoms) or cluster.kind in NETWORK_TYPES:
         return False
     return any(ctx.localizer.kind(e) in NETWORK_TYPES for e in open_elements)
+
+
+def _queue_of(kind: IncidentKind, open_elements: Collection[str], ctx: EvalContext) -> list[str]:
+    """The key of the one open fabric incident receivers' marks keep alive (they last as long as its
+    queue; tests/cases/live, "link quiet"); with two open, whose receivers they are is unknown."""
+    fabric = [e for e in open_elements if ctx.localizer.kind(e) in NETWORK_TYPES]
+    return [f"{kind.value}:{fabric[0]}"] if len(fabric) == 1 else []
 
 
 def _fold_misplaced(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,31 @@ class Opened:
     element: str
 
 
+@dataclass(frozen=True)
+class Resolved:
+    ts: float  # processing time it resolved at
+    kind: str
+    element: str
+
+
 def replay_stored(path: Path) -> list[Opened]:
     """Every incident opening, in order, of the central's detection over the stored batches."""
+    return replay_both(path)[0]
+
+
+def replay_both(path: Path) -> tuple[list[Opened], list[Resolved]]:
+    """Every incident opening and every resolution, in order, of the same replay."""
+    seen: set[tuple[str, float]] = set()
+    opened: list[Opened] = []
+    resolved: list[Resolved] = []
+    for changed, now in _replay(path):
+        opened += _opened(changed, now, seen)
+        resolved += [Resolved(now, i.kind.value, i.element) for i in changed if i.state is IncidentState.RESOLVED]
+    return opened, resolved
+
+
+def _replay(path: Path) -> Iterator[tuple[list, float]]:  # type: ignore[type-arg]
+    """The incidents each delivery changed, with the processing time it was delivered at."""
     with sqlite3.connect(path) as con:
         batches = con.execute("SELECT node, received_ts, samples FROM ingested_batches ORDER BY id").fetchall()
     engine = db.make_engine(f"sqlite:///{path}")
@@ -46,25 +70,31 @@ def replay_stored(path: Path) -> list[Opened]:
         det.expect(sorted({b[0] for b in batches}), batches[0][1])
         inputs = det.inputs()
         keep = Keep(inputs) if inputs is not None else None
-        out: list[Opened] = []
         cursor, tick = 0, batches[0][1]
         for _, received, count in batches:
             while tick + TICK_SECONDS < received:
                 tick += TICK_SECONDS
-                out += _opened(det.deliver([], tick, True), tick)
+                yield det.deliver([], tick, True), tick
             deliveries, cursor = store.stream.read(cursor, count, keep=keep)
-            out += _opened(det.deliver(deliveries, received, True), received)
-        return out
+            yield det.deliver(deliveries, received, True), received
     finally:
         engine.dispose()
 
 
-def _opened(changed: list, now: float) -> list[Opened]:  # type: ignore[type-arg]
-    return [
-        Opened(now, inc.kind.value, inc.element)
-        for inc in changed
-        if inc.state is IncidentState.OPEN and inc.timeline[-1][1].startswith("opened")
-    ]
+def _opened(changed: list, now: float, seen: set[tuple[str, float]]) -> list[Opened]:  # type: ignore[type-arg]
+    """The incidents of ``changed`` that opened (or reopened) since ``seen``: their "opened" entry
+    need not be the last, as an escalation can follow it in the same evaluation."""
+    out = []
+    for inc in changed:
+        for ts, what, *_ in inc.timeline:
+            if (
+                inc.state is IncidentState.OPEN
+                and what.startswith(("opened", "reopened"))
+                and (inc.key, ts) not in seen
+            ):
+                seen.add((inc.key, ts))
+                out.append(Opened(now, inc.kind.value, inc.element))
+    return out
 
 
 def trim(src: Path, dst: Path, end_ts: float) -> None:
