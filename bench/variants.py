@@ -18,9 +18,8 @@ first, right half the time), and a queue crossed by fewer probe pairs than the g
 reported (on 4 nodes behind 2 leaves, not during the fault at all). A lossy fabric link is often
 reported late (its pairs cross the 0.3 % threshold of a 60 s window one by one): on InfiniBand,
 whose sequence errors behind two leaves lower the share of lossy pairs asked, 3 in 7 are on time
-and the rest 18-30 s in; RoCE without traced routes 15-47 s in. The NCCL runs across it can open
-stragglers before it is placed, and on 8 InfiniBand nodes the host link of the node whose every
-pair crossed it opened first.
+and the rest 18-30 s in; RoCE without traced routes 15-47 s in. On 8 InfiniBand nodes the host
+link of the node whose every pair crossed it opened first.
 """
 
 from __future__ import annotations

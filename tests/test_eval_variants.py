@@ -92,6 +92,30 @@ def test_the_victims_of_a_congested_link_no_probe_pair_shows_are_not_stragglers(
     assert set(_opened(result)) <= {("congestion", at)}
 
 
+def test_the_victims_behind_a_leaf_whose_congested_uplink_no_probe_pair_shows_are_not_stragglers() -> None:
+    """Six leaves of two, four HCAs, four spines: one probed pair crosses the congested uplink. The
+    two nodes behind it were slow with every partner but each other, and node-003, node-010 and
+    node-011 opened ``straggler`` one after the other, each slow in runs with the two while the
+    count of slow nodes stayed at two. Their partners were slow in runs without them too, and the
+    two victims were fast together (fabricd/detect/latency.py, ``_partners_slow_elsewhere``)."""
+    topology = {"nodes": 12, "hcas_per_node": 4, "nodes_per_leaf": 2, "spines": 4, "link_layer": "infiniband"}
+    at = "leaf-06~spine-01"
+    fault = {"kind": "congestion", "at": at, "start": "180s", "severity": 0.78, "load": 0.59}
+    result = ev.evaluate(_variant("v-congestion-infiniband-8", 678, "10s", topology, fault))
+    assert set(_opened(result)) <= {("congestion", at)}
+
+
+def test_the_nccl_runs_across_a_lossy_fabric_link_open_no_straggler_before_it_is_placed() -> None:
+    """24 nodes, eight a leaf: node-016's runs across the lossy uplink were slow before its pairs
+    placed the loss, and it opened ``straggler`` beside the link's ``packet_loss``; its partners
+    were slow without it too (fabricd/detect/latency.py, ``_partners_slow_elsewhere``)."""
+    topology = {"nodes": 24, "hcas_per_node": 2, "nodes_per_leaf": 8, "spines": 3, "link_layer": "infiniband"}
+    at = "leaf-03~spine-01"
+    fault = {"kind": "lossy_link", "at": at, "start": "120s", "severity": 0.89, "load": 0.62}
+    result = ev.evaluate(_variant("v-lossy_link-infiniband-7", 198, "5s", topology, fault))
+    assert _opened(result) == [("packet_loss", at)]
+
+
 def test_a_pfc_storm_whose_rules_run_out_with_the_pausing_roots_is_not_hol_blocking_too() -> None:
     """At a 10 s scrape on a 6-node fabric the storm rule and the "pausing root" rule ran out in the
     same scrape: the storm was proposed first, and the root's stalled pairs then opened HOL blocking

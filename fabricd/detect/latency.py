@@ -199,7 +199,7 @@ def _stragglers(ctx: EvalContext) -> list[Proposal]:
             continue
         if faults and _only_across(ctx, node, found, faults):
             continue
-        if _slow_elsewhere(ctx, found, slow_nodes, faults):
+        if _slow_elsewhere(ctx, found, slow_nodes, faults) or _partners_slow_elsewhere(ctx, node, found):
             continue
         p = proposal(IncidentKind.STRAGGLER, node, None, found, "is a straggler (slow collectives, clean network)")
         p.candidates = [Candidate(node, 1.0, 1.0)]
@@ -266,6 +266,45 @@ def _slow_elsewhere(ctx: EvalContext, found: Sequence[Finding], slow_nodes: set[
                 continue
             return True
     return False
+
+
+def _partners_slow_elsewhere(ctx: EvalContext, node: str, found: Sequence[Finding]) -> bool:
+    """Whether every slow NCCL run of ``node`` since it turned slow had a partner that was slow in a
+    run without ``node`` too (within the runs remembered): the slowness is then that partner's, or
+    what the partner's runs share, and not ``node``'s.
+
+    A collective is as slow as its slowest member or link, so a straggler's partners are slow in
+    their runs with it and only there. The nodes behind a leaf whose uplink is congested are slow
+    with every partner across it and fast with each other, and a node that meets two of them in a
+    row is slow twice: a random variant (12 nodes, two a leaf, four spines, one probed pair across
+    the link) opened three stragglers so, one after the other, while the slow nodes behind the link
+    kept the count of slow nodes at two, under ``MAX_STRAGGLERS``. Those two were fast in their
+    run together, and each was slow without the other: a node fast with a partner that is slow
+    elsewhere is not slowing every run it joins, whatever its other runs say. A hold, not a
+    verdict: a straggler's first slow run with a partner that is slow nowhere else reports it."""
+    outliers = [f.rule for f in found if f.signal == "nccl_time_outlier"]
+    if not outliers:
+        return False  # efficiency alone: no per-run scores to compare
+    slow_at = min(r.condition.threshold for r in outliers)
+    fast_below = min((r.clear or r.condition).threshold for r in outliers)  # the rule's clear level
+    since = min(f.started_ts for f in found) - 2 * ctx.interval
+    scores = ctx.run_scores.get(node, {})
+    runs = ctx.run_hosts.get(node, ())
+    if any(
+        scores.get(ts, slow_at) < fast_below and any(_slow_without(ctx, p, node, slow_at) for p in hosts - {node})
+        for ts, hosts in runs
+    ):
+        return True  # fast with a partner that is slow elsewhere: their slowness is what lies between
+    slow_runs = [hosts for ts, hosts in runs if ts >= since and scores.get(ts, 0.0) > slow_at]
+    return bool(slow_runs) and all(
+        any(_slow_without(ctx, partner, node, slow_at) for partner in hosts - {node}) for hosts in slow_runs
+    )
+
+
+def _slow_without(ctx: EvalContext, partner: str, node: str, slow_at: float) -> bool:
+    """Whether one of ``partner``'s remembered NCCL runs was slow without ``node`` in it."""
+    scores = ctx.run_scores.get(partner, {})
+    return any(node not in hosts and scores.get(ts, 0.0) > slow_at for ts, hosts in ctx.run_hosts.get(partner, ()))
 
 
 def _nodes_with_network_findings(ctx: EvalContext, node: str) -> bool:
