@@ -14,8 +14,9 @@ variant's YAML, to replay one with ``fabricd eval FILE``.
 The cases of tests/test_eval_variants.py were found so (docs/detection.md). Known and left: in
 a two-leaf fabric a spine link's congestion is reported as one of the two links to that spine
 (every path crosses both, and the simulator's queue has no direction: the element named is the
-first, right half the time), and a queue crossed by fewer probe pairs than the guard asks is not
-reported (on 4 nodes behind 2 leaves, not during the fault at all). A lossy fabric link is often
+first, right half the time), and a queue crossed by fewer probe pairs than the guard asks is
+reported only where the NCCL runs across it are slow and may all cross it (fabricd/detect/runs.py:
+on 12 nodes two a leaf, one such variant in four; on 4 nodes behind 2 leaves no pair at all). A lossy fabric link is often
 reported late (its pairs cross the 0.3 % threshold of a 60 s window one by one): on InfiniBand,
 whose sequence errors behind two leaves lower the share of lossy pairs asked, 3 in 7 are on time
 and the rest 18-30 s in; RoCE without traced routes 15-47 s in. On 8 InfiniBand nodes the host

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from fabricd.detect import DetectionEngine
 from fabricd.model import IncidentKind, IncidentState, Status
 from fabricd.topology import fat_tree
-from tests.support.series import Cluster, path_oracle, replay
+from tests.support.series import Cluster, nccl_run, path_oracle, replay
 
 SPINES = 2
 TOPO = fat_tree(16, 2, 4, SPINES, "roce")
@@ -368,3 +369,58 @@ def test_a_second_fabric_queue_whose_own_pairs_pass_the_guard_opens_beside_the_o
     # uplink to spine-01 slow (consistency 1) is a second queue, and it opens beside the first.
     opened = _link_pairs_lapse_while_others_are_slow(set(_through("leaf-03~spine-01")))
     assert opened == {f"congestion:{FAULT}", "congestion:leaf-03~spine-01"}
+
+
+# --- a queue one probed pair crosses, and the NCCL runs across it --------------------------------
+
+# Each node probes its leaf neighbour; two pairs leave their leaf: node-016 -> node-001 crosses
+# leaf-04~spine-02 and leaf-01~spine-02 (``spine_of``), node-002 -> node-005 leaf-01~spine-02 and
+# leaf-02~spine-02. leaf-04~spine-02 is crossed by one probed pair only, under the guard's three.
+SPARSE = {n: [NODES[i // 4 * 4 + (i + 1) % 4]] for i, n in enumerate(NODES)}
+SPARSE["node-016"].append("node-001")
+SPARSE["node-002"].append("node-005")
+QUEUE = "leaf-04~spine-02"
+BEHIND = {"node-013", "node-014", "node-015", "node-016"}
+
+
+def _one_pair_slow(c: Cluster) -> Callable[[float, str, str], tuple[float, float]]:
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        slow = in_fault(ts, c, 10, 40) and QUEUE in ORACLE(src, dst)
+        return (0.0, 300e-6 if slow else 20e-6 + ((ts - c.start) // c.interval % 2) * 1e-6)
+
+    return pairs
+
+
+def _runs(c: Cluster, slow: Callable[[set[str]], bool]) -> Callable[[float, str], list[Any]]:
+    """Every node runs a two-node all_reduce each round with the next partner in turn."""
+
+    def samples(ts: float, node: str) -> list[Any]:
+        k = int((ts - c.start) // c.interval)
+        i = NODES.index(node)
+        hosts = {node, NODES[(i + k % 15 + 1) % 16]}
+        seconds = 0.0175 if in_fault(ts, c, 10, 40) and slow(hosts) else 0.010 * (1 + 0.01 * (k % 3))
+        return nccl_run(ts, seconds, hosts)
+
+    return samples
+
+
+def _opened(slow: Callable[[set[str]], bool]) -> list[tuple[IncidentKind, str]]:
+    c = Cluster(NODES, hcas=2, probe_peers=SPARSE)
+    changes = replay(engine(), c.rounds(50, pairs=_one_pair_slow(c), extra=_runs(c, slow)))
+    return [(i.kind, i.element) for i in changes if i.state is IncidentState.OPEN]
+
+
+def test_one_slow_pair_through_a_link_whose_every_nccl_run_is_slow_is_its_queue() -> None:
+    # the leaf's nodes are slow with every partner beyond it (their runs may cross the queue), and
+    # fast with each other: the runs stand for the pairs no prober sent (fabricd/detect/runs.py)
+    assert _opened(lambda hosts: len(hosts & BEHIND) == 1) == [(IncidentKind.CONGESTION, QUEUE)]
+
+
+def test_one_slow_pair_with_every_nccl_run_fast_is_no_queue() -> None:
+    assert _opened(lambda hosts: False) == []
+
+
+def test_one_slow_pair_beside_a_straggler_behind_the_link_is_the_straggler_alone() -> None:
+    # node-014 is slow with every partner, its own leaf's included: runs that cannot cross the
+    # link are slow too, and one node is in every slow run
+    assert _opened(lambda hosts: "node-014" in hosts) == [(IncidentKind.STRAGGLER, "node-014")]

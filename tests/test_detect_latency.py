@@ -7,9 +7,9 @@ from itertools import pairwise
 
 from fabricd.detect import DetectionEngine
 from fabricd.detect.latency import BaselineParams, Baselines
-from fabricd.model import IncidentKind, IncidentState, Kind, Reading, Sample, labels_of
+from fabricd.model import IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
-from tests.support.series import Cluster, nccl_time, path_oracle, replay
+from tests.support.series import Cluster, nccl_run, path_oracle, replay
 
 TOPO = fat_tree(16, 2, 4, 2, "roce")
 NODES = sorted(TOPO.nodes)
@@ -131,17 +131,7 @@ def _runs(c: Cluster, slow: Callable[[int, str, str], bool]) -> Callable[[float,
         k = step(ts, c)
         partner = _partner(k, node)
         seconds = (0.0175 if slow(k, node, partner) else 0.010) * (1 + 0.01 * (k % 3))
-        hosts = [
-            Sample(
-                ts,
-                Reading(
-                    "nccl", "all_reduce", "", "run_host", 1.0, "", Kind.INFO, labels_of({"host": h}), "run_host_info", 0
-                ),
-                None,
-            )
-            for h in (node, partner)
-        ]
-        return [nccl_time(ts, "all_reduce", 8 << 20, seconds), *hosts]
+        return nccl_run(ts, seconds, (node, partner))
 
     return samples
 

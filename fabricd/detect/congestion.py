@@ -27,7 +27,9 @@ uplink needs paths: docs/detection.md, blind spots).
 
 from __future__ import annotations
 
-from fabricd.detect import hol
+from functools import partial
+
+from fabricd.detect import hol, runs
 from fabricd.detect.base import PAIR_SIGNALS, EvalContext, by_leaf, spread
 from fabricd.detect.incidents import Proposal
 from fabricd.detect.network import Evidence3, PairGuard, cluster_network
@@ -74,6 +76,7 @@ def propose(ctx: EvalContext) -> list[Proposal]:
         QUEUE_ELEMENTS,
         frozenset({stalled}) if stalled else frozenset(),
         ctx.param("congestion_rtt_consistency_marked", 0.5),
+        partial(runs.confirm_queue, ctx),
     )
     out = cluster_network(
         ctx,

@@ -84,6 +84,7 @@ class Localizer:
         self._uplinks: dict[str, list[str]] = {}
         self._fabric_links: dict[str, list[str]] = {}  # switch -> every fabric link at it
         self._paths: dict[tuple[str, str], tuple[frozenset[str], ...]] = {}
+        self._reach: dict[tuple[str, str], frozenset[str]] = {}  # node pair -> every element it may cross
         self._ports: dict[tuple[str, str], dict[str, float]] = {}
         self._seen: dict[str, Element] = {}  # hosts and HCA ports handed in, absent from the topology
         if topology is not None:
@@ -222,7 +223,10 @@ class Localizer:
         the topology (a job's flows hash over all of them, whatever route the probes took)."""
         if self.topology is None or src not in self._hcas or dst not in self._hcas or src == dst:
             return bool({src, dst} & set(elements))
-        return any(any(e in alt for e in elements) for alt in self.topology.paths(src, dst))
+        reach = self._reach.get((src, dst))
+        if reach is None:  # NCCL runs ask for the same node pairs at every evaluation
+            reach = self._reach[(src, dst)] = frozenset().union(*self.topology.paths(src, dst))
+        return any(e in reach for e in elements)
 
     def pair_paths(self, src: str, dst: str) -> tuple[frozenset[str], ...]:
         key = (src, dst)

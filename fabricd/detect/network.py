@@ -6,7 +6,7 @@ detector shares."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from fabricd.detect.base import EvalContext, proposal
@@ -38,15 +38,17 @@ class PairGuard:
     types: frozenset[str]
     excluded: frozenset[str] = frozenset()  # elements another detector explains
     marked_consistency: float | None = None  # asked instead while fired marks behind several leaves concur
+    # asked of a cluster with fewer pairs than ``min_pairs``: whether other evidence (NCCL runs)
+    # stands for the pairs no prober sent through the element
+    witness: Callable[[Cluster], bool] | None = None
 
     def passes(self, c: Cluster, marked: bool = False) -> bool:
         need = min(self.min_consistency, self.marked_consistency or 1.0) if marked else self.min_consistency
-        return (
-            c.element not in self.excluded
-            and c.pair_count >= self.min_pairs
-            and c.consistency >= need
-            and c.kind in self.types
-        )
+        if c.element in self.excluded or c.consistency < need or c.kind not in self.types:
+            return False
+        if c.pair_count >= self.min_pairs:
+            return True
+        return c.pair_count > 0 and self.witness is not None and self.witness(c)
 
 
 def cluster_network(

@@ -129,6 +129,21 @@ def nccl_time(ts: float, op: str, size: int, seconds: float) -> Sample:
     return gauge(ts, "nccl", op, "time", seconds, labels=labels, name="time_seconds")
 
 
+def nccl_run(ts: float, seconds: float, hosts: Iterable[str]) -> list[Sample]:
+    """One NCCL-tests all_reduce run as the nccl collector reports it: its time and its hosts."""
+    info = [
+        Sample(
+            ts,
+            Reading(
+                "nccl", "all_reduce", "", "run_host", 1.0, "", Kind.INFO, labels_of({"host": h}), "run_host_info", 0
+            ),
+            None,
+        )
+        for h in sorted(set(hosts))
+    ]
+    return [nccl_time(ts, "all_reduce", 8 << 20, seconds), *info]
+
+
 @dataclass
 class Cluster:
     """A fleet of nodes scraped every ``interval``: healthy by default, with per-port overrides."""
