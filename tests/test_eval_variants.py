@@ -119,6 +119,19 @@ def test_the_nccl_runs_across_a_lossy_fabric_link_open_no_straggler_before_it_is
     assert _opened(result) == [("packet_loss", at)]
 
 
+def test_a_flapping_links_next_outage_after_a_quiet_spell_is_the_flap_and_not_packet_loss() -> None:
+    """8 nodes, two a leaf, four spines: three probed pairs cross the flapping uplink. Its flap
+    resolved after two quiet minutes; at the next outage the flap waited an interval (its pairs all
+    end at one node: ``shared_end_hold``) while the same pairs' 60 s loss mean crossed 0.3 % in that
+    scrape, and ``packet_loss`` opened on the link 0.6 s before the flap reopened. An outage's
+    pairs are the flap detector's while it waits (fabricd/detect/loss.py, ``_loss``)."""
+    topology = {"nodes": 8, "hcas_per_node": 1, "nodes_per_leaf": 2, "spines": 4, "link_layer": "infiniband"}
+    at = "leaf-04~spine-02"
+    fault = {"kind": "link_flap", "at": at, "start": "120s", "severity": 0.46, "load": 0.41}
+    result = ev.evaluate(_variant("v-link_flap-infiniband-6", 124, "5s", topology, fault))
+    assert _opened(result) == [("link_flap", at)]
+
+
 def test_a_pfc_storm_whose_rules_run_out_with_the_pausing_roots_is_not_hol_blocking_too() -> None:
     """At a 10 s scrape on a 6-node fabric the storm rule and the "pausing root" rule ran out in the
     same scrape: the storm was proposed first, and the root's stalled pairs then opened HOL blocking
