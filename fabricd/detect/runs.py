@@ -17,6 +17,10 @@ from fabricd.detect.base import EvalContext
 from fabricd.detect.localize import Cluster
 from fabricd.model import IncidentKind
 
+# A run over more hosts than this spans most of the fabric: whether it is slow says little about one
+# link, and asking each of its host pairs costs the square of its size at every evaluation.
+MAX_WITNESS_HOSTS = 16
+
 
 def confirm_queue(ctx: EvalContext, cluster: Cluster) -> bool:
     """Whether the NCCL runs reported since the cluster's slow pairs began say
@@ -42,13 +46,17 @@ def confirm_queue(ctx: EvalContext, cluster: Cluster) -> bool:
     loc = ctx.localizer
     across = 0
     slow: list[set[str]] = []
+    crossing: dict[frozenset[str], bool] = {}  # a job's members report the same run
     for node, runs in ctx.run_hosts.items():
         scores = ctx.run_scores.get(node, {})
         for ts, hosts in runs:
             score = scores.get(ts)
-            if ts < since or score is None:
+            if ts < since or score is None or len(hosts) > MAX_WITNESS_HOSTS:
                 continue
-            crosses = any(loc.may_cross(a, b, element) for a in hosts for b in hosts if a < b)
+            key = frozenset(hosts)
+            crosses = crossing.get(key)
+            if crosses is None:
+                crosses = crossing[key] = any(loc.may_cross(a, b, element) for a in hosts for b in hosts if a < b)
             if score > slow_at and not crosses:
                 return False  # slowness the element does not explain: a second cause, or no queue
             if crosses:
