@@ -73,9 +73,7 @@ class Localizer:
     ) -> None:
         self.topology = topology
         self._oracle = _as_oracle(path_oracle)
-        # None: replies retrace the forward path (symmetric routing, as the simulator models it);
-        # else the reply path of (src, dst)'s probes, from dst back to src, None where unknown
-        self._replies = _as_oracle(reply_oracle)
+        self._replies = _as_oracle(reply_oracle)  # dst back to src; None: replies retrace the way there
         self._trips: dict[tuple[str, str], tuple[tuple[frozenset[str], ...], frozenset[str]]] = {}
         self._link_of: dict[str, str] = {}  # directed vote key -> its link
         self._host_link: dict[str, str] = {}
@@ -223,8 +221,7 @@ class Localizer:
         the topology (a job's flows hash over all of them, whatever route the probes took)."""
         if self.topology is None or src not in self._hcas or dst not in self._hcas or src == dst:
             return bool({src, dst} & set(elements))
-        reach = self._reach.get((src, dst))
-        if reach is None:  # NCCL runs ask for the same node pairs at every evaluation
+        if (reach := self._reach.get((src, dst))) is None:  # NCCL runs ask for the same pairs each time
             reach = self._reach[(src, dst)] = frozenset().union(*self.topology.paths(src, dst))
         return any(e in reach for e in elements)
 

@@ -38,17 +38,13 @@ class PairGuard:
     types: frozenset[str]
     excluded: frozenset[str] = frozenset()  # elements another detector explains
     marked_consistency: float | None = None  # asked instead while fired marks behind several leaves concur
-    # asked of a cluster with fewer pairs than ``min_pairs``: whether other evidence (NCCL runs)
-    # stands for the pairs no prober sent through the element
-    witness: Callable[[Cluster], bool] | None = None
+    witness: Callable[[Cluster], bool] | None = None  # under min_pairs: do NCCL runs stand for the rest
 
     def passes(self, c: Cluster, marked: bool = False) -> bool:
         need = min(self.min_consistency, self.marked_consistency or 1.0) if marked else self.min_consistency
         if c.element in self.excluded or c.consistency < need or c.kind not in self.types:
             return False
-        if c.pair_count >= self.min_pairs:
-            return True
-        return c.pair_count > 0 and self.witness is not None and self.witness(c)
+        return c.pair_count >= self.min_pairs or (c.pair_count > 0 and self.witness is not None and self.witness(c))
 
 
 def cluster_network(
