@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,13 +14,13 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, text
 
 from fabricd.detect.engine import DetectionEngine
-from fabricd.model import Incident, IncidentKind, IncidentState, Sample, Severity
+from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Sample, Severity
 from fabricd.server import db
 from fabricd.server.detection import DetectionLoop
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store import partitions
 from fabricd.server.store.maintenance import downsample
-from fabricd.server.store.records import Committed, Delivery, Keep, SeriesLimitExceeded
+from fabricd.server.store.records import Committed, Delivery, IngestResult, Keep, SeriesLimitExceeded
 from fabricd.server.store.storage import Storage
 from fabricd.server.tables import Base
 from tests.helpers import skip_or_fail
@@ -564,3 +565,117 @@ def test_touch_moves_only_updated_and_never_reopens(store: Storage) -> None:
     assert store.incidents.touch("t", T0 + 60) is False  # an engineer's resolve stands
     assert store.incidents.get(iid).state == "resolved"
     assert store.incidents.touch("no-such-key", T0) is False
+
+
+def test_a_group_commit_is_one_transaction_and_a_refused_batch_takes_no_other_with_it(store: Storage) -> None:
+    """Batches queued while another thread writes go in one transaction; when one of them is
+    refused, that transaction is rolled back and each batch is written alone: the others are
+    stored, the refused one leaves nothing (no batch id, no series, no point), a retry is a
+    duplicate."""
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda _conn: commits.append(1))
+    store.writer.ingest(make_batch("n3", "stored", [ib_sample(T0)]), T0, 3)
+
+    def queued(*batches: Batch) -> list[object]:
+        """The batches written as one group: queued while the test holds the write lock."""
+        outcomes: list[object] = [None] * len(batches)
+
+        def one(i: int) -> None:
+            try:
+                outcomes[i] = store.writer.ingest(batches[i], T0, 3)
+            except SeriesLimitExceeded as exc:
+                outcomes[i] = exc
+
+        with ThreadPoolExecutor(len(batches)) as pool:
+            with store.writer.db.write_lock:
+                futures = [pool.submit(one, i) for i in range(len(batches))]
+                while len(store.writer._queue) < len(batches):  # every batch waits for the lock
+                    time.sleep(0.001)
+            for f in futures:
+                f.result()
+        return outcomes
+
+    commits.clear()
+    good = queued(*(make_batch(f"g{i}", "b", [ib_sample(T0, device=f"d{j}") for j in range(3)]) for i in range(3)))
+    assert good == [IngestResult("b", 3, False, 3)] * 3 and len(commits) == 1
+    commits.clear()
+    over = [ib_sample(T0 + 1, device=f"d{j}") for j in range(4)]  # a fourth series: over the limit of 3
+    n1, n2, retry, n4 = queued(
+        make_batch("n1", "a", [ib_sample(T0 + 1)]),
+        make_batch("n2", "over", over),
+        make_batch("n3", "stored", [ib_sample(T0)]),
+        make_batch("n4", "a", [ib_sample(T0 + 1)]),
+    )
+    assert isinstance(n2, SeriesLimitExceeded) and n2.node == "n2"
+    assert (n1, retry, n4) == (
+        IngestResult("a", 1, False, 1),
+        IngestResult("stored", 0, True),
+        IngestResult("a", 1, False, 1),
+    )
+    assert len(commits) == 3  # the group rolled back; then n1, the retry (nothing to write), n4 alone
+    with store.engine.connect() as conn:
+        batches = conn.execute(text("SELECT node, batch_id FROM ingested_batches ORDER BY node")).all()
+        series = conn.execute(text("SELECT DISTINCT node FROM series ORDER BY node")).scalars().all()
+        points = conn.execute(text("SELECT count(*) FROM points")).scalar()
+        counted = conn.execute(text("SELECT batches FROM nodes WHERE name = 'n3'")).scalar()
+    assert counted == 1  # the retry claimed nothing and counted nothing
+    assert [tuple(b) for b in batches] == [
+        ("g0", "b"),
+        ("g1", "b"),
+        ("g2", "b"),
+        ("n1", "a"),
+        ("n3", "stored"),
+        ("n4", "a"),
+    ]
+    assert series == ["g0", "g1", "g2", "n1", "n3", "n4"] and points == 9 + 1 + 1 + 1
+
+
+def test_the_stream_head_follows_the_writer_without_asking_the_database(
+    store: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The detection loop asks for the head every step (its backlog gauge): with the tail following
+    the writer it is the newest committed point, the table's ``max(id)`` without the query."""
+    live = Storage.open(store.engine, stream_tail_points=1_000)
+    assert live.stream.head() == 0  # nothing stored yet: the table says so
+    for k in range(3):
+        live.writer.ingest(make_batch("n1", f"b{k}", [ib_sample(T0 + k, device=f"d{j}") for j in range(4)]), T0, 8)
+    newest = live.writer.db.max_point_id()
+
+    def no_query(_db: object) -> int:
+        raise AssertionError("max(id) queried")
+
+    monkeypatch.setattr(type(live.writer.db), "max_point_id", no_query)
+    assert live.stream.head() == newest and newest > 0
+
+
+def test_the_detection_loop_saves_its_cursor_at_most_once_a_second(store: Storage) -> None:
+    """Every stored batch wakes the loop; the cursor is written when it moved and a second has
+    passed on the loop's clock since the last write (the first at once), not every step."""
+    from prometheus_client import CollectorRegistry
+
+    from fabricd.server import detection
+
+    now = [T0 + 100.0]
+    saves: list[int] = []
+    stream = store.stream
+    original = stream.save_cursor
+
+    def save(name: str, position: int) -> None:
+        saves.append(position)
+        original(name, position)
+
+    stream.save_cursor = save  # type: ignore[method-assign]
+    metrics = ServerMetrics(CollectorRegistry())
+    loop = DetectionLoop(stream, store.incidents, ThresholdDetector(1e12), metrics, clock=lambda: now[0])
+    heads = []
+    for k in range(4):  # four batches within half a second
+        store.writer.ingest(make_batch("n1", f"b{k}", [ib_sample(T0 + k)]), T0, 8)
+        heads.append(store.stream.head())
+        loop.step()
+        now[0] += 0.1
+    assert saves == [heads[0]]  # the first at once, then nothing for a second
+    now[0] += detection.CURSOR_SAVE_SECONDS
+    assert loop.step() == 0 and saves == [heads[0], heads[3]]
+    now[0] += detection.CURSOR_SAVE_SECONDS
+    assert loop.step() == 0 and len(saves) == 2  # not moved: not written again
+    assert stream.cursor("detection") == heads[3]

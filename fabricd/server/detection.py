@@ -35,6 +35,10 @@ from fabricd.settings import ServerSettings
 log = logging.getLogger("fabricd.server.detection")
 CURSOR = "detection"
 REFRESH_SECONDS = 30.0  # event time between two writes of an ongoing incident's updated_ts
+# Each stored batch wakes the loop; saving the cursor every step was a write transaction per batch,
+# under the write lock ingest waits on. A restart resumes from the saved cursor: one second older
+# only re-reads a second of points. The loop steps also when idle, so the last position is saved.
+CURSOR_SAVE_SECONDS = 1.0
 
 
 class Detector(Protocol):
@@ -90,6 +94,8 @@ class DetectionLoop:
         self.listeners, self.clock, self.chunk = list(listeners), clock, chunk
         self.cursor: Any = stream.cursor(CURSOR)  # read up to here
         self.saved: Any = self.cursor  # evaluated up to here (what a restart resumes from)
+        self._stored: Any = self.cursor  # ``saved`` as the cursors table has it
+        self._stored_at = float("-inf")  # the loop's clock at the last save
         # A correlator taking over rebuilds the engine's state (windows, ``for``, baselines, the open
         # incidents) from the points of the last ``warmup_seconds`` up to the saved cursor, writing
         # nothing: the previous correlator wrote what they yield (fabricd/server/replica.py).
@@ -155,12 +161,11 @@ class DetectionLoop:
 
     def _save(self, now: float) -> None:
         settled = self.detector.settled()
-        done = None
         while self._held and settled is not None and self._held[0][1] <= settled:
-            done = self._held.popleft()[0]
-        if done is not None:
-            self.saved = done
-            self.stream.save_cursor(CURSOR, done)
+            self.saved = self._held.popleft()[0]
+        if self.saved != self._stored and now - self._stored_at >= CURSOR_SAVE_SECONDS:
+            self.stream.save_cursor(CURSOR, self.saved)
+            self._stored, self._stored_at = self.saved, now
         state = self.detector.settlement()
         self.metrics.observe_settlement(state, now, self._late_seen)
         self._late_seen = state.late_samples

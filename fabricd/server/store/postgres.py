@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fabricd.server.store.sql import SET_LATEST, statements
+from fabricd.server.store.sql import CLAIM_BATCH, SERIES_COLUMNS, SERIES_CONFLICT, SET_LATEST, UPSERT_NODE, statements
 
 
 class ArrayRows:
@@ -68,8 +68,13 @@ STATEMENTS = statements(
         "COPY points (series_id, ts, value, rate, status, since) FROM STDIN (FORMAT BINARY)",
         ["int8", "float8", "float8", "float8", "text", "float8"],
     ),
+    insert_series=ArrayRows(
+        f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) {SERIES_CONFLICT}"
+    ),
     update_latest=ArrayRows(SET_LATEST.format(source=f"{_ARRAYS} AS v (id, ts, value, rate, status, since)")),
-    last_point_id="SELECT lastval()",
+    last_point_id="lastval()",
+    claim_and_upsert_node=f"WITH claimed AS ({CLAIM_BATCH.format(m='%s')} RETURNING 1) "
+    f"{UPSERT_NODE.format(rows='SELECT %s, %s, %s, %s, %s, 1, %s WHERE EXISTS (SELECT 1 FROM claimed)')}",
     series_identity=_series_identity,
-    serial_latest_writes=False,
+    serial_writes=False,
 )

@@ -1,7 +1,7 @@
 """SQLite's side of the raw statements (sqlite3, ``?`` placeholders).
 
 Points and latest values go in multi-row ``VALUES`` statements (``ManyRows``); ``UPDATE .. FROM``
-needs SQLite >= 3.33. The last point id of a batch is the connection's ``last_insert_rowid()``.
+needs SQLite >= 3.33. The last point id of a batch is the connection's ``last_insert_rowid()`` (RETURNING needs >= 3.35).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fabricd.server.store.sql import POINT_COLUMNS, SET_LATEST, statements
+from fabricd.server.store.sql import POINT_COLUMNS, SERIES_COLUMNS, SERIES_CONFLICT, SET_LATEST, statements
 
 
 class ManyRows:
@@ -55,11 +55,15 @@ _IDENTITY = "SELECT id, node, source, device, port, counter, name, unit, kind, l
 STATEMENTS = statements(
     "?",
     insert_points=ManyRows(f"INSERT INTO points ({POINT_COLUMNS}) VALUES {{values}}", "(?, ?, ?, ?, ?, ?, 0.0)"),
+    insert_series=ManyRows(
+        f"INSERT INTO series ({SERIES_COLUMNS}) VALUES {{values}} {SERIES_CONFLICT}", "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ),
     update_latest=ManyRows(
         "WITH v (id, ts, value, rate, status, since) AS (VALUES {values}) " + SET_LATEST.format(source="v"),
         "(?, ?, ?, ?, ?, ?)",
     ),
-    last_point_id="SELECT last_insert_rowid()",
+    last_point_id="last_insert_rowid()",
+    claim_and_upsert_node=None,  # no data-modifying CTE; a statement costs SQLite a few µs
     series_identity=_series_identity,
-    serial_latest_writes=True,
+    serial_writes=True,
 )

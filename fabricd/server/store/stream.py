@@ -14,6 +14,7 @@ stream read per partition or node set (issue 18) is a filter on the deliveries, 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -59,7 +60,10 @@ class Stream:
         return deliveries([row[1:] for row in found], idents, keep), upto
 
     def head(self) -> int:
-        return self.db.max_point_id()
+        """The newest stored point's id: the tail's when it follows the writer (the detection loop
+        asks every step, and ``max(id)`` cost a query each time), else the table's."""
+        newest = self._tail.newest() if self._tail is not None else None
+        return newest if newest is not None else self.db.max_point_id()
 
     def cursor(self, name: str) -> int:
         with self.db.cursor() as cur:
@@ -68,7 +72,8 @@ class Stream:
         return int(found[0]) if found else 0
 
     def save_cursor(self, name: str, position: int) -> None:
-        with self.db.write_lock, self.db.cursor(transaction=True) as cur:
+        lock = self.db.write_lock if self.db.sql.serial_writes else contextlib.nullcontext()
+        with lock, self.db.cursor(transaction=True) as cur:
             cur.execute(self.db.sql.upsert_cursor, (name, position))
 
 
@@ -135,6 +140,11 @@ class _Tail:
                 _first, last, old = self._entries.popleft()
                 self._points -= len(old)
                 self.floor = last
+
+    def newest(self) -> int | None:
+        """The last appended point's id; None before the first batch."""
+        with self._lock:
+            return self._entries[-1][1] if self._entries else None
 
     def since(self, cursor: int, limit: int) -> tuple[list[PointRow], int] | None:
         """(point rows, next cursor), or None to read the database."""
