@@ -327,3 +327,35 @@ async def test_a_batch_a_replica_forwards_is_counted_stored_once_across_the_repl
         "fabricd_ingest_forwarded_batches_total": (1.0, 0.0),
         "fabricd_ingest_duplicate_batches_total": (1.0, 0.0),
     }
+
+
+async def test_a_fetch_is_stored_at_once_across_nodes_and_in_order_within_each(tmp_path: Path, central: Any) -> None:
+    """The consumer stores a fetch's batches of different nodes concurrently (the writer's group
+    commit then takes them in few transactions) and each node's batches in the order published:
+    counted per node, every point once, and a node's points in the table in event-time order."""
+    if not _reachable("127.0.0.1", 4222):
+        skip_or_fail("NATS JetStream at 127.0.0.1:4222 is not running (.ci/run starts it)")
+    bus = bus_settings(SHARED)
+    svc = await central(bus)
+    nodes, per_node, t0 = [f"node-{i}" for i in range(8)], 6, time.time()
+    posters = {n: NatsPoster(bus, n, 5.0) for n in nodes}
+
+    async def publish(node: str) -> None:
+        for k in range(per_node):
+            batch = make_batch(node, f"{node}-{k}", [ib_sample(t0 + k, device=f"mlx5_{p}") for p in range(3)])
+            headers = {"Content-Type": wire.MSGPACK, "Content-Encoding": "gzip", "X-Fabricd-Batch-Id": batch.batch_id}
+            await _publish_when_stream_exists(posters[node], wire.encode(batch, wire.MSGPACK, compress=True), headers)
+
+    await asyncio.gather(*(publish(n) for n in nodes))
+    for p in posters.values():
+        await p.aclose()
+    await until(lambda: svc.bus.stored == len(nodes) * per_node)
+    expected = Counter({(n, f"mlx5_{p}", t0 + k): 1 for n in nodes for p in range(3) for k in range(per_node)})
+    assert stored(svc) == expected
+    with svc.store.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT s.node, p.ts FROM points p JOIN series s ON s.id = p.series_id ORDER BY p.id"
+        ).all()
+    for n in nodes:
+        in_table = [ts for node, ts in rows if node == n]
+        assert in_table == sorted(in_table), f"{n}'s batches were stored out of order"
