@@ -362,3 +362,25 @@ def test_a_replica_that_stops_heartbeating_loses_its_claims_after_a_lease(prefix
     finally:
         hung.close()
         other.close()
+
+
+def test_a_replica_reads_one_sources_latest_values_of_other_nodes_from_the_table_alone(store: Storage) -> None:
+    """Another replica's nodes come from the series table; asked for one source (the topology's
+    LLDP lookup), only that source's rows are read, and no other series' identity is learned."""
+    from fabricd.model import Kind, Reading, Status
+    from fabricd.server.replica_latest import ReplicaLatest
+
+    def lldp(ts: float, port: str) -> Sample:
+        r = Reading("lldp", "eth0", port, "neighbor", 1.0, "", Kind.GAUGE, (("chassis", "leaf-01"),), "neighbor")
+        return Sample(ts, r, None, Status.OK)
+
+    other = Storage.open(store.engine)  # the other replica, its own writer and memory
+    for node, replica in (("mine", store), ("theirs", other)):
+        samples = [lldp(T0, "1"), *(ib_sample(T0, device=f"mlx5_{d}") for d in range(20))]
+        replica.writer.ingest(make_batch(node, "b1", samples), T0, 100)
+        replica.latest.flush()
+    reader = ReplicaLatest(store.latest, owns=lambda node: node == "mine")
+    got = [(node, s.reading.source, s.reading.port) for node, s in reader.values(source="lldp")]
+    assert got == [("mine", "lldp", "1"), ("theirs", "lldp", "1")]
+    theirs = [ident for ident in reader.identities._cache.values() if ident[0] == "theirs"]
+    assert [ident[1].source for ident in theirs] == ["lldp"]  # none of their 20 other series

@@ -47,11 +47,12 @@ class ReplicaLatest(LatestValues):
             sql, params = sql + " AND node = %s", [node]
         if fresh_since is not None:
             sql, params = sql + " AND latest_ts >= %s", [*params, fresh_since]
+        if source is not None:
+            # In the query: the topology's LLDP lookup (every detection topology check) fetched
+            # every series of the fleet, and learned each one's identity, to keep a few hundred.
+            sql, params = sql + " AND source = %s", [*params, source]
         with self.db.cursor() as cur:
             cur.execute(sql + " ORDER BY node, id", params)
             rows: list[Any] = cur.fetchall()
             idents = self.identities.load(cur, {row[1] for row in rows})
-        points = [tuple(row[1:]) for row in rows]
-        if source is not None:
-            points = [p for p in points if (i := idents.get(p[0])) is not None and i[1].source == source]
-        return _samples(points, idents)
+        return _samples([tuple(row[1:]) for row in rows], idents)
