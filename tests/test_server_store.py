@@ -567,6 +567,27 @@ def test_touch_moves_only_updated_and_never_reopens(store: Storage) -> None:
     assert store.incidents.touch("no-such-key", T0) is False
 
 
+def _as_one_group(store: Storage, *batches: Batch) -> list[object]:
+    """Ingest the batches as one group: queued while the test holds the write lock; each
+    outcome is its result or the error that refused it."""
+    outcomes: list[object] = [None] * len(batches)
+
+    def one(i: int) -> None:
+        try:
+            outcomes[i] = store.writer.ingest(batches[i], T0, 3)
+        except Exception as exc:
+            outcomes[i] = exc
+
+    with ThreadPoolExecutor(len(batches)) as pool:
+        with store.writer.db.write_lock:
+            futures = [pool.submit(one, i) for i in range(len(batches))]
+            while len(store.writer._queue) < len(batches):  # every batch waits for the lock
+                time.sleep(0.001)
+        for f in futures:
+            f.result()
+    return outcomes
+
+
 def test_a_group_commit_is_one_transaction_and_a_refused_batch_takes_no_other_with_it(store: Storage) -> None:
     """Batches queued while another thread writes go in one transaction; when one of them is
     refused, that transaction is rolled back and each batch is written alone: the others are
@@ -576,31 +597,15 @@ def test_a_group_commit_is_one_transaction_and_a_refused_batch_takes_no_other_wi
     event.listen(store.engine, "commit", lambda _conn: commits.append(1))
     store.writer.ingest(make_batch("n3", "stored", [ib_sample(T0)]), T0, 3)
 
-    def queued(*batches: Batch) -> list[object]:
-        """The batches written as one group: queued while the test holds the write lock."""
-        outcomes: list[object] = [None] * len(batches)
-
-        def one(i: int) -> None:
-            try:
-                outcomes[i] = store.writer.ingest(batches[i], T0, 3)
-            except SeriesLimitExceeded as exc:
-                outcomes[i] = exc
-
-        with ThreadPoolExecutor(len(batches)) as pool:
-            with store.writer.db.write_lock:
-                futures = [pool.submit(one, i) for i in range(len(batches))]
-                while len(store.writer._queue) < len(batches):  # every batch waits for the lock
-                    time.sleep(0.001)
-            for f in futures:
-                f.result()
-        return outcomes
-
     commits.clear()
-    good = queued(*(make_batch(f"g{i}", "b", [ib_sample(T0, device=f"d{j}") for j in range(3)]) for i in range(3)))
+    good = _as_one_group(
+        store, *(make_batch(f"g{i}", "b", [ib_sample(T0, device=f"d{j}") for j in range(3)]) for i in range(3))
+    )
     assert good == [IngestResult("b", 3, False, 3)] * 3 and len(commits) == 1
     commits.clear()
     over = [ib_sample(T0 + 1, device=f"d{j}") for j in range(4)]  # a fourth series: over the limit of 3
-    n1, n2, retry, n4 = queued(
+    n1, n2, retry, n4 = _as_one_group(
+        store,
         make_batch("n1", "a", [ib_sample(T0 + 1)]),
         make_batch("n2", "over", over),
         make_batch("n3", "stored", [ib_sample(T0)]),
@@ -679,3 +684,22 @@ def test_the_detection_loop_saves_its_cursor_at_most_once_a_second(store: Storag
     now[0] += detection.CURSOR_SAVE_SECONDS
     assert loop.step() == 0 and len(saves) == 2  # not moved: not written again
     assert stream.cursor("detection") == heads[3]
+
+
+def test_a_group_the_database_fails_is_refused_whole_and_not_written_again(store: Storage) -> None:
+    """When the database fails the transaction (the commit: a full disk, a lost connection) and no
+    batch did, every batch of the group gets that error at once: nothing kept, no batch written
+    again alone, and the agents retry later."""
+    begins: list[int] = []
+    event.listen(store.engine, "begin", lambda _conn: begins.append(1))
+
+    def broken(_conn: object) -> None:
+        raise OSError("No space left on device")
+
+    event.listen(store.engine, "commit", broken)
+    outcomes = _as_one_group(store, *(make_batch(f"n{i}", "a", [ib_sample(T0)]) for i in range(3)))
+    assert [str(o) for o in outcomes] == ["No space left on device"] * 3 and len(begins) == 1
+    event.remove(store.engine, "commit", broken)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM ingested_batches")).scalar() == 0
+    assert store.writer.ingest(make_batch("n0", "a", [ib_sample(T0)]), T0, 3) == IngestResult("a", 1, False, 1)

@@ -84,15 +84,24 @@ class GroupCommitWriter:
                 job.done = True
 
     def _write_together(self, group: list[_Job]) -> bool:
+        """True when the group is done (stored, or refused whole: the database failed it, not a
+        batch); False when a batch failed it and each must be written alone."""
         grown: dict[str, _NodeSeries] = {}  # series added by this transaction, cached after commit
+        by_batch = False
         try:
             with self.db.cursor(transaction=True) as cur:
                 for job in group:
-                    self._store(cur, job, grown)
-        except Exception:  # rolled back: the batches are written one by one
+                    try:
+                        self._store(cur, job, grown)
+                    except Exception:
+                        by_batch = True
+                        raise
+        except Exception as exc:  # rolled back
             for job in group:
                 job.result, job.rows, job.last_point_id = None, [], 0
-            return False
+                if not by_batch:  # no connection, or the commit failed (disk full): nothing was kept
+                    job.error = exc
+            return not by_batch
         self._committed(group, grown)
         return True
 
