@@ -121,9 +121,9 @@ class BusConsumer:
 
     async def _all(self, msgs: list[Any]) -> None:
         """Store one fetch: each node's batches in order, the nodes at once, so that the writer's
-        group commit stores them in a few transactions. One by one, every batch paid a transaction
-        and a thread hop of its own, and a replica stored a third of what its CPU allowed
-        (docs/storage.md). A node's batches share a subject (``fabricd.samples.<partition>.<node>``)."""
+        group commit stores them in a few transactions; one by one, every batch paid a transaction
+        and a thread hop of its own. A node's batches share a subject
+        (``fabricd.samples.<partition>.<node>``)."""
         by_subject: dict[str, list[Any]] = {}
         for msg in msgs:
             by_subject.setdefault(msg.subject, []).append(msg)

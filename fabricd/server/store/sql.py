@@ -32,7 +32,7 @@ class Statements:
 
     ``ON CONFLICT`` (SQLite >= 3.24, PostgreSQL >= 9.5) makes the batch-id check, the node and the
     collector health one statement each; the unique (node, batch id) makes a retried batch a no-op.
-    ``UPDATE .. FROM`` needs SQLite >= 3.33.
+    ``UPDATE .. FROM`` needs SQLite >= 3.33, ``RETURNING`` 3.35.
     """
 
     claim_batch: str

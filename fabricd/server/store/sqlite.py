@@ -1,7 +1,8 @@
 """SQLite's side of the raw statements (sqlite3, ``?`` placeholders).
 
-Points and latest values go in multi-row ``VALUES`` statements (``ManyRows``); ``UPDATE .. FROM``
-needs SQLite >= 3.33. The last point id of a batch is the connection's ``last_insert_rowid()`` (RETURNING needs >= 3.35).
+Points, new series and latest values go in multi-row ``VALUES`` statements (``ManyRows``);
+``UPDATE .. FROM`` needs SQLite >= 3.33. The last point id of a batch is the connection's
+``last_insert_rowid()``, returned by the node's update (``RETURNING`` needs >= 3.35).
 """
 
 from __future__ import annotations
