@@ -359,3 +359,60 @@ async def test_a_fetch_is_stored_at_once_across_nodes_and_in_order_within_each(t
     for n in nodes:
         in_table = [ts for node, ts in rows if node == n]
         assert in_table == sorted(in_table), f"{n}'s batches were stored out of order"
+
+
+class _Msg:
+    """A fetched message as the consumer sees it; ``ack`` fails when the connection is gone."""
+
+    def __init__(self, node: str, k: int, connection_lost: bool = False) -> None:
+        self.subject, self.connection_lost = f"fabricd.samples.0.{node}", connection_lost
+        self.headers = {"Content-Type": wire.MSGPACK}
+        self.data = f"{node}/{k}".encode()
+
+    async def ack(self) -> None:
+        import nats
+
+        if self.connection_lost:
+            raise nats.errors.ConnectionClosedError
+
+
+class _SlowIngestor:
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.stored = seconds, list[bytes]()
+
+    def ingest_body(self, _principal: Principal, body: Body) -> None:
+        time.sleep(self.seconds)
+        self.stored.append(body.data)
+
+
+async def test_a_lost_connection_during_a_fetch_reaches_the_reconnect_loop_as_itself() -> None:
+    """Acknowledgements failing on several nodes' tasks at once come out as the NATS error the
+    reconnect loop catches, not as an exception group it would not."""
+    import nats
+
+    from fabricd.server.bus_consumer import BusConsumer
+
+    ingestor = _SlowIngestor(0.0)
+    consumer = BusConsumer(BusSettings(url=SHARED), ingestor)  # type: ignore[arg-type]
+    msgs = [_Msg(f"n{i}", k, connection_lost=True) for i in range(3) for k in range(2)]
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await consumer._all(msgs)
+    assert sorted(ingestor.stored) == [b"n0/0", b"n1/0", b"n2/0"]  # each node's first stored; its ack failed
+
+
+async def test_a_cancelled_fetch_finishes_the_batches_being_stored_and_stops() -> None:
+    """A released partition or a shutdown cancels the consumer: it returns once the batches its
+    threads are storing are stored (no writer left behind), and stores nothing after them."""
+    from fabricd.server.bus_consumer import BusConsumer
+
+    ingestor = _SlowIngestor(0.3)
+    consumer = BusConsumer(BusSettings(url=SHARED), ingestor)  # type: ignore[arg-type]
+    task = asyncio.create_task(consumer._all([_Msg(f"n{i}", k) for i in range(3) for k in range(3)]))
+    await asyncio.sleep(0.1)  # each node's first batch is being stored
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    # Stored, not acknowledged: redelivered, they are duplicates the next owner acknowledges.
+    assert sorted(ingestor.stored) == [b"n0/0", b"n1/0", b"n2/0"] and consumer.stored == 0
+    await asyncio.sleep(0.4)
+    assert len(ingestor.stored) == 3  # nothing after them

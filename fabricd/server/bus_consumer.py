@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
-import anyio
 import anyio.to_thread
 
 from fabricd import logs
@@ -127,9 +127,15 @@ class BusConsumer:
         by_subject: dict[str, list[Any]] = {}
         for msg in msgs:
             by_subject.setdefault(msg.subject, []).append(msg)
-        async with anyio.create_task_group() as tg:
-            for run in by_subject.values():
-                tg.start_soon(self._in_order, run)
+        # Plain tasks, not a task group: a task group raises an ExceptionGroup, which the reconnect
+        # loop would not catch (a lost connection fails every acknowledgement of the fetch), and
+        # the replica cancels this task natively. Cancelled, gather cancels the node tasks and
+        # returns once each has finished the batch its thread is storing.
+        tasks = [asyncio.create_task(self._in_order(run)) for run in by_subject.values()]
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _in_order(self, msgs: list[Any]) -> None:
         for msg in msgs:
@@ -139,7 +145,7 @@ class BusConsumer:
         headers = msg.headers or {}
         try:
             base, gzipped = check_content(headers.get(CONTENT_TYPE), headers.get(CONTENT_ENCODING))
-            await anyio.to_thread.run_sync(self.ingestor.ingest_body, BUS, Body(msg.data, base, gzipped))
+            await _to_the_end(self.ingestor.ingest_body, BUS, Body(msg.data, base, gzipped))
         except ApiError as exc:
             if exc.status == 429:  # series limit or overload: may pass later
                 await msg.nak(delay=RETRY_DELAY_SECONDS)
@@ -153,3 +159,18 @@ class BusConsumer:
             return
         await msg.ack()
         self.stored += 1
+
+
+async def _to_the_end(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread; cancelled meanwhile, this waits for the thread to finish
+    before it re-raises, so a released partition or a stopping replica leaves no writer behind (a
+    native cancel ends ``anyio.to_thread.run_sync`` at once, the thread still storing). The batch
+    stored then is not acknowledged: redelivered, it is a duplicate, acknowledged by the next owner."""
+    job = asyncio.ensure_future(anyio.to_thread.run_sync(fn, *args))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        await asyncio.wait([job])
+        if not job.cancelled():
+            job.exception()  # retrieved: the redelivery says what happens to the batch
+        raise
