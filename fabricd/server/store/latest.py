@@ -95,8 +95,7 @@ class LatestValues:
 
     @contextlib.contextmanager
     def _chunk_cursor(self) -> Iterator[Any]:
-        lock = self.db.write_lock if self.db.sql.serial_writes else contextlib.nullcontext()
-        with lock, self.db.cursor(transaction=True) as cur:
+        with self.db.side_write_lock(), self.db.cursor(transaction=True) as cur:
             yield cur
 
 

@@ -168,6 +168,11 @@ class Database:
             finally:
                 cur.close()
 
+    def side_write_lock(self) -> contextlib.AbstractContextManager[Any]:
+        """What a write beside ingest (latest values, a reader's cursor) holds: the write lock where
+        the database has one writer (SQLite), nothing where it runs beside ingest (PostgreSQL)."""
+        return self.write_lock if self.sql.serial_writes else contextlib.nullcontext()
+
     def max_point_id(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.exec_driver_sql("SELECT max(id) FROM points").scalar() or 0)

@@ -14,7 +14,6 @@ stream read per partition or node set (issue 18) is a filter on the deliveries, 
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -72,8 +71,7 @@ class Stream:
         return int(found[0]) if found else 0
 
     def save_cursor(self, name: str, position: int) -> None:
-        lock = self.db.write_lock if self.db.sql.serial_writes else contextlib.nullcontext()
-        with lock, self.db.cursor(transaction=True) as cur:
+        with self.db.side_write_lock(), self.db.cursor(transaction=True) as cur:
             cur.execute(self.db.sql.upsert_cursor, (name, position))
 
 

@@ -160,7 +160,7 @@ class GroupCommitWriter:
             cur.execute(sql.claim_and_upsert_node, (batch.node, batch.batch_id, now, len(batch.samples), *node_row))
         else:
             cur.execute(sql.claim_batch, (batch.node, batch.batch_id, now, len(batch.samples)))
-            if cur.rowcount != 0:
+            if cur.rowcount != 0:  # claimed: the node's upsert then counts one row
                 cur.execute(sql.upsert_node, node_row)
         if cur.rowcount == 0:  # the unique (node, batch id): a retry of a stored batch
             return IngestResult(batch.batch_id, 0, True), None, []
