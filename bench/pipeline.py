@@ -75,9 +75,8 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     from fabricd import gctune
     from fabricd.detect.engine import DetectionEngine
     from fabricd.server import db
-    from fabricd.server.detection import EngineFeed
+    from fabricd.server.detection import EngineFeed, keep_for
     from fabricd.server.ingest import Body, decode
-    from fabricd.server.store.records import Keep
     from fabricd.server.store.storage import Storage
     from fabricd.settings import LimitSettings
 
@@ -87,7 +86,7 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     store.maintenance.prepare(time.time())
     feed = EngineFeed(DetectionEngine())
     feed.expect({b.node for b in batches}, time.time())
-    keep = Keep(feed.inputs())  # as the detection loop reads: only what the detectors use
+    keep = keep_for(feed)  # as the detection loop reads: only what the detectors use
     limits = LimitSettings()
     spent = dict.fromkeys(STAGES, 0.0)
     cursor = samples = pending = steady_samples = 0

@@ -14,9 +14,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, text
 
 from fabricd.detect.engine import DetectionEngine
-from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Sample, Severity
+from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Kind, Sample, Severity, Status
 from fabricd.server import db
-from fabricd.server.detection import DetectionLoop
+from fabricd.server.detection import DetectionLoop, EngineFeed, keep_for
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store import partitions
 from fabricd.server.store.maintenance import downsample
@@ -475,6 +475,46 @@ def test_a_reader_that_names_its_inputs_gets_only_those_from_memory_and_database
     whole = [(d.node, len(d.samples), d.read) for d in live.stream.read(0, 100)[0]]
     assert whole == [("n1", 3, 3), ("n2", 2, 2), ("n1", 2, 2)]
     assert key(live.stream.read(0, 100, keep=Keep(None))) == key(live.stream.read(0, 100))
+
+
+def test_a_reader_of_rates_only_gets_each_counter_with_its_series_identity(store: Storage) -> None:
+    """``Keep(rates_only=True)`` (the detection loop's, for the engine reads a counter's rate only)
+    builds no ``Reading`` per counter point: the samples carry the series' identity (value 0.0, one
+    object for every point of the series) with their own time, rate and status; a gauge still
+    carries its value; a reader without it gets every reading whole, from memory and database alike."""
+    live = Storage.open(store.engine, stream_tail_points=100, partition_seconds=1800.0)
+    state = {"counter": "state", "name": "port_state", "unit": "", "kind": Kind.GAUGE, "rate": None}
+    for k, ts in enumerate((T0 + 1, T0 + 11)):
+        batch = make_batch(
+            "n1", f"r{k}", [ib_sample(ts, value=4096.0 * (k + 1), rate=1e9 + k), ib_sample(ts, value=4.0, **state)]
+        )
+        live.writer.ingest(batch, T0, 100)
+    inputs = DetectionEngine().inputs()
+    assert keep_for(EngineFeed(DetectionEngine())).rates_only  # what the loop reads for the engine
+    assert keep_for(ImmediateDetector()) is None  # a detector that names no inputs: everything, whole
+
+    def points(got: tuple[list[Delivery], int]) -> list[tuple[object, ...]]:
+        return [(s.ts, s.reading.name, s.reading.value, s.rate, s.status) for d in got[0] for s in d.samples]
+
+    expect_rates = [
+        (T0 + 1, "port_transmit_data", 0.0, 1e9, Status.OK),
+        (T0 + 1, "port_state", 4.0, None, Status.FIRST),
+        (T0 + 11, "port_transmit_data", 0.0, 1e9 + 1, Status.OK),
+        (T0 + 11, "port_state", 4.0, None, Status.FIRST),
+    ]
+    expect_whole = [
+        (T0 + 1, "port_transmit_data", 4096.0, 1e9, Status.OK),
+        (T0 + 1, "port_state", 4.0, None, Status.FIRST),
+        (T0 + 11, "port_transmit_data", 8192.0, 1e9 + 1, Status.OK),
+        (T0 + 11, "port_state", 4.0, None, Status.FIRST),
+    ]
+    for stream in (live.stream, store.stream):  # memory, database
+        rates = stream.read(0, 100, keep=Keep(inputs, rates_only=True))
+        assert points(rates) == expect_rates
+        counters = [s.reading for d in rates[0] for s in d.samples if s.reading.kind is Kind.COUNTER]
+        assert counters[0] is counters[1]  # the identity, shared: nothing built per point
+        assert points(stream.read(0, 100, keep=Keep(inputs))) == expect_whole
+        assert points(stream.read(0, 100)) == expect_whole
 
 
 def test_the_writer_hands_each_commit_to_its_listeners_in_commit_order(

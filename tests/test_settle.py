@@ -212,3 +212,26 @@ def test_the_replay_hands_on_only_what_the_engine_reads_with_every_scrape_time()
     held = sorted((node, s.reading.counter) for _ts, _seq, node, samples in detection.settler._pending for s in samples)
     assert held == [("a", "port_xmit_data")]
     assert detection.settler.marks["a"].last_ts == 10.0 and detection.settler.marks["b"].last_ts == 11.0
+
+
+def test_a_moment_hands_each_scrape_as_one_group_and_counts_a_late_one_whole() -> None:
+    """Moments carry the nodes' scrapes (node, its samples of one event time), in event-time order;
+    a delivery of two scrapes is split into both; one whose moment already settled is late, every
+    sample of it, and folded into the next moment."""
+    settler = Settler(SettleParams(step_seconds=1.0))
+    settler.expect(["a", "b"], 0.0)
+    two = _scrape("a", 0.0) + _scrape("a", PERIOD)
+    settler.offer("a", two, now=PERIOD)  # a spool replayed: two scrapes in one delivery
+    settler.offer("b", _scrape("b", 2.0), now=PERIOD)
+    settler.offer("b", _scrape("b", PERIOD + 2.0), now=PERIOD)
+    moments = settler.tick(PERIOD + 2.0)
+    scrapes = [(node, [s.ts for s in samples]) for m in moments for node, samples in m.scrapes]
+    assert scrapes == [("a", [0.0, 0.0]), ("b", [2.0, 2.0]), ("a", [PERIOD, PERIOD]), ("b", [PERIOD + 2.0] * 2)]
+    assert [(n, s.ts) for m in moments for n, s in m.samples] == [(n, t) for n, ts in scrapes for t in ts]
+    assert settler.late_samples == 0
+    settler.offer("b", _scrape("b", 5.0), now=PERIOD + 3.0)  # older than what settled: late, whole
+    settler.offer("a", _scrape("a", 2 * PERIOD), now=2 * PERIOD + 3.0)
+    settler.offer("b", _scrape("b", 2 * PERIOD + 2.0), now=2 * PERIOD + 3.0)
+    later = settler.tick(2 * PERIOD + 3.0)
+    assert settler.late_samples == 2 and sum(m.late for m in later) == 2
+    assert ("b", [5.0, 5.0]) in [(node, [s.ts for s in samples]) for node, samples in later[0].scrapes]

@@ -25,6 +25,7 @@ from fabricd.detect.incidents import IncidentBook, Proposal
 from fabricd.detect.latency import BaselineParams, Baselines
 from fabricd.detect.localize import Localizer, PathOracle
 from fabricd.detect.rules import Rule, RuleSet, load_rules
+from fabricd.detect.settle import Scrape
 from fabricd.detect.signals import IB, SIGNALS, WANTED, Extractor, Record
 from fabricd.model import Incident, IncidentKind, Kind, Labels, Sample
 
@@ -103,57 +104,64 @@ class DetectionEngine:
     def process(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
         """Samples in event-time order, evaluated at each new scrape round (aligned rounds, tests)."""
         changed: dict[str, Incident] = {}
-        self._absorb(samples, changed, rounds=True)
+        self._absorb(_by_node(samples), changed, rounds=True)
         if self._dirty or self._round_ts > self._last_eval:
             self._evaluate(self._round_ts, changed)
         return list(changed.values())
 
     def process_moment(self, samples: Sequence[tuple[str, Sample]], now: float) -> list[Incident]:
-        """One settled moment (``fabricd.detect.settle``): every sample up to event time ``now``,
-        evaluated once at ``now``. Late samples (older than earlier moments) are folded in."""
+        """``process_scrapes`` for samples one by one with their nodes."""
+        return self.process_scrapes(_by_node(samples), now)
+
+    def process_scrapes(self, scrapes: Sequence[Scrape], now: float) -> list[Incident]:
+        """One settled moment (``fabricd.detect.settle``): every sample up to event time ``now``, as
+        the nodes' scrapes, evaluated once at ``now``. Late samples (older than earlier moments)
+        are folded in."""
         changed: dict[str, Incident] = {}
-        self._absorb(samples, changed, rounds=False)
+        self._absorb(scrapes, changed, rounds=False)
         self._round_ts = max(self._round_ts, now)
         self._evaluate(self._round_ts, changed)
         return list(changed.values())
 
-    def _absorb(self, samples: Sequence[tuple[str, Sample]], changed: dict[str, Incident], rounds: bool) -> None:
-        tol, counter = self.tol, Kind.COUNTER
-        # The record and scope of the previous sample: a scrape's samples come grouped by node,
-        # device and port, so most samples skip the lookups (docs/storage.md, "One replica's cost").
+    def _absorb(self, scrapes: Sequence[Scrape], changed: dict[str, Incident], rounds: bool) -> None:
+        tol, counter, info, event = self.tol, Kind.COUNTER, Kind.INFO, Kind.EVENT
+        # The record and scope of the previous sample: a scrape's samples come grouped by device
+        # and port, so most samples skip the lookups (docs/storage.md, "One replica's cost").
         # Compared by value: the agents' readings repeat equal names as distinct objects.
-        rec: Record | None = None
-        l_node = l_src = l_dev = l_port = None
-        l_ts, l_labels = 0.0, None
-        scope: dict[str, float] = {}
-        for node, s in samples:
-            r = s.reading
-            src = r.source
-            wanted = WANTED.get(src)
-            if wanted is None:
-                continue
-            metric = r.name or r.counter  # the neutral name, whatever the source or driver
-            if metric not in wanted or r.kind is Kind.INFO or r.kind is Kind.EVENT:
-                if metric == RUN_HOST:
-                    self._run_host(node, s.ts, r.labels)
-                continue
-            ts = s.ts
-            if rounds and ts > self._round_ts + tol:
-                if self._dirty:
-                    self._evaluate(self._round_ts, changed)
-                    rec = None  # evaluation flushed the records
-                self._round_ts = ts
-            if rec is None or ts != l_ts or r.device != l_dev or node != l_node or src != l_src:
-                l_node, l_src, l_dev, l_ts, l_port = node, src, r.device, ts, None
-                rec = self._record(node, src, r.device, ts)
-            if r.port != l_port or r.labels != l_labels:
-                l_port, l_labels = r.port, r.labels
-                scope = rec.scopes.get(where := (r.port, r.labels)) or rec.scopes.setdefault(where, {})
-            value = s.rate if r.kind is counter else r.value
-            if value is None:
-                scope.pop(metric, None)  # no honest rate this scrape: no input (a repeat's last wins)
-            else:
-                scope[metric] = value
+        for node, samples in scrapes:
+            rec: Record | None = None
+            l_src = l_dev = l_port = None
+            l_ts, l_labels = 0.0, None
+            scope: dict[str, float] = {}
+            for s in samples:
+                r = s.reading
+                src = r.source
+                wanted = WANTED.get(src)
+                if wanted is None:
+                    continue
+                metric = r.name or r.counter  # the neutral name, whatever the source or driver
+                kind = r.kind
+                if metric not in wanted or kind is info or kind is event:
+                    if metric == RUN_HOST:
+                        self._run_host(node, s.ts, r.labels)
+                    continue
+                ts = s.ts
+                if rounds and ts > self._round_ts + tol:
+                    if self._dirty:
+                        self._evaluate(self._round_ts, changed)
+                        rec = None  # evaluation flushed the records
+                    self._round_ts = ts
+                if rec is None or ts != l_ts or r.device != l_dev or src != l_src:
+                    l_src, l_dev, l_ts, l_port = src, r.device, ts, None
+                    rec = self._record(node, src, r.device, ts)
+                if r.port != l_port or r.labels != l_labels:
+                    l_port, l_labels = r.port, r.labels
+                    scope = rec.scopes.get(where := (r.port, r.labels)) or rec.scopes.setdefault(where, {})
+                value = s.rate if kind is counter else r.value
+                if value is None:
+                    scope.pop(metric, None)  # no honest rate this scrape: no input (a repeat's last wins)
+                else:
+                    scope[metric] = value
 
     def _record(self, node: str, src: str, device: str, ts: float) -> Record:
         """The record of (node, source, device) for a scrape at ``ts``, marked dirty."""
@@ -354,6 +362,17 @@ def _baseline(rules: RuleSet, prefix: str) -> BaselineParams:
         exclude_above=p(f"{prefix}_exclude_above", d.exclude_above),
         fleet_gate=not prefix.startswith("rtt"),  # pairs differ by path: never judged by the fleet
     )
+
+
+def _by_node(samples: Sequence[tuple[str, Sample]]) -> list[Scrape]:
+    """Consecutive samples of one node as one group."""
+    out: list[Scrape] = []
+    for node, s in samples:
+        if out and out[-1][0] == node:
+            out[-1][1].append(s)
+        else:
+            out.append((node, [s]))
+    return out
 
 
 def _natural(name: str) -> tuple[str, int]:

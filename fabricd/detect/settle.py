@@ -63,14 +63,25 @@ class NodeMark:
         return self.done_ts + (self.period * (1.0 - slack) if self.learned else 0.0)
 
 
+# One node's samples of one scrape (one event time), as a node delivered them: the unit the settler
+# holds and hands on, so that a sample costs no (node, sample) pair of its own (docs/storage.md).
+Scrape = tuple[str, list[Sample]]
+
+
 @dataclass(frozen=True, slots=True)
 class Moment:
-    """One settled moment: every sample up to ``ts`` from every node not in ``left_out``."""
+    """One settled moment: every sample up to ``ts`` from every node not in ``left_out``, as the
+    nodes' scrapes in event-time order."""
 
     ts: float
-    samples: list[tuple[str, Sample]]
+    scrapes: list[Scrape]
     left_out: tuple[str, ...]
     late: int  # samples in this moment that arrived after their own moment was settled
+
+    @property
+    def samples(self) -> list[tuple[str, Sample]]:
+        """Every sample with its node, in order (a consumer that wants them one by one)."""
+        return [(node, s) for node, samples in self.scrapes for s in samples]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +141,13 @@ class Settler:
                     _learn_period(mark, ts - mark.last_ts)
                 mark.before_last = max(mark.last_ts, mark.done_ts)
                 mark.last_ts = ts
-        if samples:
+        if not samples:
+            return
+        if len(stamps) == 1:  # one scrape (the usual delivery): held whole, no pass over its samples
+            if stamps[0] <= self.settled_ts:
+                self._late_pending += len(samples)
+            self._hold(stamps[0], node, samples if isinstance(samples, list) else list(samples))
+        else:
             self._hold_scrapes(node, samples)
 
     def _hold_scrapes(self, node: str, samples: Sequence[Sample]) -> None:
@@ -222,10 +239,10 @@ class Settler:
     def _release(self, target: float) -> list[Moment]:
         """The moments up to ``target``: one per ``step_seconds`` of event time that holds samples
         (a backlog replays as the scrapes happened, not as one lump), the last one at ``target``."""
-        ready: list[tuple[float, list[tuple[str, Sample]]]] = []  # (ts, samples of one scrape)
+        ready: list[tuple[float, Scrape]] = []
         while self._pending and self._pending[0][0] <= target:
             ts, _, node, samples = heapq.heappop(self._pending)
-            ready.append((ts, [(node, s) for s in samples]))
+            ready.append((ts, (node, samples)))
         late, self._late_pending = self._late_pending, 0
         self.late_samples += late
         step = self._step()
@@ -239,16 +256,16 @@ class Settler:
             end = start
             while end < len(ready) and ready[end][0] < end_ts:
                 end += 1
-            moments.append(Moment(end_ts, _flat(ready[start:end]), self._left_out, late if not moments else 0))
+            moments.append(Moment(end_ts, _scrapes(ready[start:end]), self._left_out, late if not moments else 0))
             self.settled_ts = end_ts
             start = end
-        moments.append(Moment(target, _flat(ready[start:]), self._left_out, late if not moments else 0))
+        moments.append(Moment(target, _scrapes(ready[start:]), self._left_out, late if not moments else 0))
         self.settled_ts = max(self.settled_ts, target)
         return moments
 
 
-def _flat(scrapes: list[tuple[float, list[tuple[str, Sample]]]]) -> list[tuple[str, Sample]]:
-    return [p for _, samples in scrapes for p in samples]
+def _scrapes(ready: list[tuple[float, Scrape]]) -> list[Scrape]:
+    return [scrape for _, scrape in ready]
 
 
 def _learn_period(mark: NodeMark, gap: float) -> None:

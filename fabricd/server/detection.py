@@ -51,7 +51,15 @@ class Detector(Protocol):
     def settlement(self) -> SettlementState: ...
 
     # Optional: ``inputs() -> Inputs | None``, what the detector reads (None: every sample). The loop
-    # then reads only those samples from the stream (``records.Keep``).
+    # then reads only those samples from the stream (``records.Keep``). Optional too: ``rates_only``
+    # (True: it never reads a counter's raw value, only its rate; ``keep_for``).
+
+
+def keep_for(detector: object) -> Keep | None:
+    """What the loop reads from the stream for ``detector`` (None: every sample, whole)."""
+    inputs: Callable[[], Inputs | None] | None = getattr(detector, "inputs", None)
+    wanted = inputs() if inputs is not None else None
+    return Keep(wanted, rates_only=getattr(detector, "rates_only", False)) if wanted is not None else None
 
 
 class CursorSource(Protocol):
@@ -106,8 +114,7 @@ class DetectionLoop:
         self._held: deque[tuple[Any, float]] = deque()  # (cursor after a chunk, newest event time in it)
         self._late_seen = 0
         self._written: dict[str, float] = {}  # incident key -> updated_ts last stored
-        inputs: Callable[[], Inputs | None] | None = getattr(detector, "inputs", None)
-        self._keep = Keep(wanted) if inputs is not None and (wanted := inputs()) is not None else None
+        self._keep = keep_for(detector)
         detector.expect(nodes, clock())
         # What a previous engine stored open is this one's to confirm, narrow or resolve (a restart,
         # a new correlator): adopted before the warm-up, whose proposals then see them open as the
@@ -204,6 +211,8 @@ class DetectionLoop:
 class EngineFeed:
     """A ``Detector`` around a ``DetectionEngine``: the deliveries go through settlement first
     (``fabricd.detect.feed.Detection``, the same path ``fabricd eval`` replays through)."""
+
+    rates_only = True  # the engine reads a counter's rate, never its raw value (``_absorb``)
 
     def __init__(self, engine: DetectionEngine, params: SettleParams | None = None) -> None:
         from fabricd.detect.feed import Detection

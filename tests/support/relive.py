@@ -20,8 +20,8 @@ from pathlib import Path
 
 from fabricd.model import IncidentState
 from fabricd.server import db
-from fabricd.server.detection import EngineDetector
-from fabricd.server.store.records import Keep, reads
+from fabricd.server.detection import EngineDetector, keep_for
+from fabricd.server.store.records import reads
 from fabricd.server.store.storage import Storage
 from fabricd.settings import ServerSettings
 
@@ -68,8 +68,7 @@ def _replay(path: Path) -> Iterator[tuple[list, float]]:  # type: ignore[type-ar
         store = Storage.open(engine)
         det = EngineDetector(ServerSettings(), store.topology)
         det.expect(sorted({b[0] for b in batches}), batches[0][1])
-        inputs = det.inputs()
-        keep = Keep(inputs) if inputs is not None else None
+        keep = keep_for(det)
         cursor, tick = 0, batches[0][1]
         for _, received, count in batches:
             while tick + TICK_SECONDS < received:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from fabricd.model import Inputs, Reading, Sample, Status, reads
+from fabricd.model import Inputs, Kind, Reading, Sample, Status, reads
 
 # One stored raw point as ingest writes it and the stream and latest values keep it in memory:
 # series_id, ts, value, rate, status, since (a plain tuple: tens of thousands a second).
@@ -58,18 +58,28 @@ class Committed:
     last_point_id: int
 
 
+# How a ``Keep`` reads a series' points (the third item of its entries).
+SKIP, BUILD, SHARE = 0, 1, 2  # left out; a Reading per point; the series' identity as the reading
+
+
 class Keep:
     """Which series a reader wants, by series id, learned once per series from its identity: the
     reader's ``Inputs`` (source -> the neutral names it reads). The detection loop reads about a
     third of what a node sends (docs/storage.md): the rest is left out before a ``Reading`` or a
-    ``Sample`` is built for it, which is most of the cost of a point read."""
+    ``Sample`` is built for it, which is most of the cost of a point read.
 
-    def __init__(self, inputs: Inputs | None) -> None:
+    ``rates_only``: the reader takes a counter's rate, never its raw value (the detection engine:
+    ``DetectionEngine._absorb``), so a counter's samples carry the series' identity as their reading,
+    whose ``value`` is 0.0, instead of a ``Reading`` built per point: that build was 40 % of the
+    detection loop's CPU a sample (docs/storage.md). Gauges still carry their value."""
+
+    def __init__(self, inputs: Inputs | None, rates_only: bool = False) -> None:
         self.inputs = inputs  # None: every series
-        # series id -> (node, identity, kept): one lookup a point instead of two
-        self.known: dict[int, tuple[str, Reading, bool]] = {}
+        self.rates_only = rates_only
+        # series id -> (node, identity, SKIP | BUILD | SHARE): one lookup a point instead of two
+        self.known: dict[int, tuple[str, Reading, int]] = {}
 
-    def learn(self, sid: int, idents: Mapping[int, tuple[str, Reading]]) -> tuple[str, Reading, bool] | None:
+    def learn(self, sid: int, idents: Mapping[int, tuple[str, Reading]]) -> tuple[str, Reading, int] | None:
         """The series' entry, or None if it does not exist."""
         ident = idents.get(sid)
         if ident is None:
@@ -77,7 +87,10 @@ class Keep:
         if len(self.known) >= KEEP_MAX:
             self.known.clear()
         node, b = ident
-        entry = self.known[sid] = (node, b, self.inputs is None or reads(self.inputs, b))
+        how = SKIP
+        if self.inputs is None or reads(self.inputs, b):
+            how = SHARE if self.rates_only and b.kind is Kind.COUNTER else BUILD
+        entry = self.known[sid] = (node, b, how)
         return entry
 
 

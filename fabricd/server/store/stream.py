@@ -22,7 +22,7 @@ from typing import Any
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.records import STATUSES, Committed, Delivery, Keep, PointRow
+from fabricd.server.store.records import SHARE, STATUSES, Committed, Delivery, Keep, PointRow
 from fabricd.server.store.sql import Database
 
 # Points the tail keeps: ~100 bytes each, so ~10 MB; a detection loop reading 20,000 points a step
@@ -77,7 +77,8 @@ class Stream:
 
 def deliveries(rows: Sequence[Any], idents: dict[int, Identity], keep: Keep | None = None) -> list[Delivery]:
     """The ``(series id, ts, value, rate, status, since)`` rows as samples, one ``Delivery`` per run
-    of consecutive rows of one node; with ``keep``, only the samples of the series it keeps."""
+    of consecutive rows of one node; with ``keep``, only the samples of the series it keeps (and,
+    if it reads rates only, a counter's with its identity as reading: ``Keep``)."""
     keep = keep if keep is not None else Keep(None)
     out: list[Delivery] = []
     samples: list[Sample] = []
@@ -90,7 +91,7 @@ def deliveries(rows: Sequence[Any], idents: dict[int, Identity], keep: Keep | No
             seen = learn(sid, idents)
             if seen is None:  # a point of a series that does not exist (no foreign key): an inner join
                 continue
-        owner, b, wanted = seen
+        owner, b, how = seen
         if owner != node:
             if node is not None:
                 out.append(Delivery(node, samples, i - start, stamps))
@@ -98,7 +99,9 @@ def deliveries(rows: Sequence[Any], idents: dict[int, Identity], keep: Keep | No
         elif ts != last:
             stamps.append(ts)
             last = ts
-        if wanted:
+        if how == SHARE:
+            samples.append(Sample(ts, b, rate, statuses.get(status) or Status(status), since))
+        elif how:
             r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
             samples.append(Sample(ts, r, rate, statuses.get(status) or Status(status), since))
     if node is not None:
