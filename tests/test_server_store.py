@@ -19,6 +19,7 @@ from fabricd.server import db
 from fabricd.server.detection import DetectionLoop, EngineFeed, keep_for
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.store import partitions
+from fabricd.server.store.identities import Identities
 from fabricd.server.store.maintenance import downsample
 from fabricd.server.store.records import Committed, Delivery, IngestResult, Keep, SeriesLimitExceeded
 from fabricd.server.store.storage import Storage
@@ -673,6 +674,44 @@ def test_a_group_commit_is_one_transaction_and_a_refused_batch_takes_no_other_wi
         ("n4", "a"),
     ]
     assert series == ["g0", "g1", "g2", "n1", "n3", "n4"] and points == 9 + 1 + 1 + 1
+
+
+def test_the_series_a_batch_creates_reach_the_readers_as_the_table_has_them(store: Storage) -> None:
+    """The writer hands each committed batch's new series to its listeners (``Committed.series``);
+    the identities learn them from there: a reader finds them without a query, equal to what the
+    table holds. A group rolled back and written again batch by batch announces only the series that
+    were kept (PostgreSQL's ids of the rolled-back attempt are never reused)."""
+    announced: list[Committed] = []
+
+    class Listener:
+        def committed(self, batches: Sequence[Committed]) -> None:
+            announced.extend(batches)
+
+    store.writer.subscribe(Listener())
+    gauge = {"counter": "state", "name": "port_state", "unit": "", "kind": Kind.GAUGE, "rate": None}
+    outcomes = _as_one_group(
+        store,
+        make_batch("new1", "a", [ib_sample(T0, labels=[("prio", "3"), ("dir", "rx")]), ib_sample(T0, **gauge)]),
+        make_batch("new2", "over", [ib_sample(T0, device=f"d{j}") for j in range(4)]),  # over the limit: refused
+        make_batch("new4", "a", [ib_sample(T0, device="mlx5_1")]),
+    )
+    # new1's labels come unsorted (an in-process caller; the wire sorts them): stored all the same
+    assert (outcomes[0], outcomes[2]) == (IngestResult("a", 2, False, 2), IngestResult("a", 1, False, 1))
+    assert isinstance(outcomes[1], SeriesLimitExceeded)
+    with store.engine.connect() as conn:
+        ids = set(conn.execute(text("SELECT id FROM series WHERE node LIKE 'new%'")).scalars())
+    assert {row[0] for b in announced for row in b.series} == ids and len(ids) == 3
+    checkouts: list[object] = []
+
+    def count(*_args: object) -> None:
+        checkouts.append(1)
+
+    event.listen(store.engine, "checkout", count)
+    known = store.stream.identities.of(ids)
+    assert checkouts == []  # learned from the writer
+    from_table = Identities(store.stream.db).of(ids)
+    assert checkouts and {sid: known[sid] for sid in ids} == {sid: from_table[sid] for sid in ids}
+    event.remove(store.engine, "checkout", count)
 
 
 def test_the_stream_head_follows_the_writer_without_asking_the_database(

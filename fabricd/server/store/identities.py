@@ -8,9 +8,11 @@ Building ORM entities per row instead cost about 50 us a point, more than ingest
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from fabricd.model import Kind, Reading
+from fabricd.server.store.records import Committed
 from fabricd.server.store.sql import Database
 from fabricd.server.store.writer import labels_of_json
 
@@ -25,6 +27,17 @@ class Identities:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._cache: dict[int, Identity] = {}
+
+    def committed(self, batches: Sequence[Committed]) -> None:
+        """The writer's post-commit hook: the series the batches created, as the writer inserted
+        them, so that no reader queries a new series back (at 500 nodes that query was a third of
+        the detection loop's read on a fleet's first scrape: docs/storage.md). Subscribed before
+        the readers that follow the writer, so they find them."""
+        cache = self._cache
+        for b in batches:
+            if b.series and len(cache) + len(b.series) <= IDENTITY_CACHE_MAX:  # else read when needed
+                for sid, node, *rest in b.series:
+                    cache[sid] = (sys.intern(node), _identity_reading(*rest))
 
     def of(self, ids: set[int]) -> dict[int, Identity]:
         """A mapping that holds every id of ``ids`` that exists; opens a connection only when one
@@ -46,7 +59,7 @@ class Identities:
             missing = list(ids)
         for start in range(0, len(missing), _CHUNK):
             cur.execute(*self.db.sql.series_identity(missing[start : start + _CHUNK]))
-            for sid, node, *rest in cur.fetchall():
+            for sid, node, *rest in cur.fetchall():  # the columns of ``records.SeriesRow``
                 cache[sid] = (sys.intern(node), _identity_reading(*rest))
         return cache
 

@@ -50,6 +50,7 @@ class Storage:
         latest = LatestValues(db, identities)
         stream = Stream(db, identities, stream_tail_points)
         writer = GroupCommitWriter(db)
+        writer.subscribe(identities)  # first: the readers below find a new series' identity
         writer.subscribe(latest)
         if stream_tail_points > 0:
             writer.subscribe(stream)

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from fabricd.model import Batch, CollectorHealth, Labels, Reading, Sample
 from fabricd.server.store.protocols import CommitListener
-from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded
+from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded, SeriesRow
 from fabricd.server.store.sql import Database
 
 log = logging.getLogger("fabricd.server.store")
@@ -123,7 +123,7 @@ class GroupCommitWriter:
 
     def _committed(self, jobs: list[_Job], grown: dict[str, _NodeSeries]) -> None:
         self._series.update(grown)
-        self._announce([Committed(j.batch.node, j.rows, j.last_point_id) for j in jobs if j.rows])
+        self._announce([Committed(j.batch.node, j.rows, j.last_point_id, j.series) for j in jobs if j.rows])
 
     def _announce(self, batches: list[Committed]) -> None:
         if not batches:
@@ -135,7 +135,8 @@ class GroupCommitWriter:
                 log.exception("a listener of committed batches failed")
 
     def _store(self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]) -> None:
-        job.result, node_series, job.rows = self._write_batch(cur, job.batch, job.now, job.limit, grown)
+        job.series = []
+        job.result, node_series, job.rows = self._write_batch(cur, job, grown)
         if job.rows:  # the batch's points have the ids up to the connection's last generated one
             cur.execute(self.db.sql.node_last_point, (job.batch.node,))
             job.last_point_id = int(cur.fetchone()[0])
@@ -151,10 +152,11 @@ class GroupCommitWriter:
             job.result, job.error = None, exc
 
     def _write_batch(
-        self, cur: Any, batch: Batch, now: float, limit: int, grown: dict[str, _NodeSeries]
+        self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]
     ) -> tuple[IngestResult, _NodeSeries | None, list[PointRow]]:
-        """The batch's statements; the node's series if this batch added some, and the point rows."""
-        sql = self.db.sql
+        """The batch's statements; the node's series if this batch added some, and the point rows.
+        The series it creates go to ``job.series``."""
+        sql, batch, now = self.db.sql, job.batch, job.now
         node_row = (batch.node, batch.agent_version, now, now, batch.created_ts, len(batch.samples))
         if sql.claim_and_upsert_node is not None:
             cur.execute(sql.claim_and_upsert_node, (batch.node, batch.batch_id, now, len(batch.samples), *node_row))
@@ -170,7 +172,7 @@ class GroupCommitWriter:
         sids = _series_ids(batch.samples, known.ids)
         added = None
         if None in sids:
-            added = self._add_series(cur, batch, sids, known, limit)
+            added = self._add_series(cur, batch, sids, known, job)
             sids = _series_ids(batch.samples, added.ids)
         rows: list[PointRow] = []
         if batch.samples:
@@ -192,21 +194,25 @@ class GroupCommitWriter:
         ids = {(src, dev, port, ctr, labels_of_json(labels)): sid for sid, src, dev, port, ctr, labels in cur}
         return _NodeSeries(ids, len(ids))
 
-    def _add_series(
-        self, cur: Any, batch: Batch, sids: list[int | None], known: _NodeSeries, limit: int
-    ) -> _NodeSeries:
-        """Insert the batch's new series (after checking the limit); the node's ids, reloaded."""
+    def _add_series(self, cur: Any, batch: Batch, sids: list[int | None], known: _NodeSeries, job: _Job) -> _NodeSeries:
+        """Insert the batch's new series (after checking the limit); the node's ids, reloaded. The
+        new series' rows, with their ids, go to ``job.series``: the listeners learn their identities
+        from them (``Identities.committed``) instead of reading them back."""
         fresh: dict[SeriesKey, Reading] = {}
         for sid, s in zip(sids, batch.samples, strict=True):
             if sid is None and not _alias(known.ids, s.reading):
                 fresh.setdefault(series_key(batch.node, s.reading), s.reading)
         if not fresh:
             return known
-        if known.count + len(fresh) > limit:
-            raise SeriesLimitExceeded(batch.node, limit, known.count, len(fresh))
+        if known.count + len(fresh) > job.limit:
+            raise SeriesLimitExceeded(batch.node, job.limit, known.count, len(fresh))
         self.db.sql.insert_series.run(cur, [(*k, r.metric, r.unit, r.kind.value) for k, r in fresh.items()])
         grown = self._load_series(cur, batch.node)
         grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
+        for (node, src, dev, port, ctr, labels), r in fresh.items():
+            sid = grown.ids[(src, dev, port, ctr, labels_of_json(labels))]
+            grown.ids[(src, dev, port, ctr, r.labels)] = sid  # a new series' own unsorted tuple too
+            job.series.append((sid, node, src, dev, port, ctr, r.metric, r.unit, r.kind.value, labels))
         return grown
 
 
@@ -226,6 +232,7 @@ class _Job:
     error: BaseException | None = None
     rows: list[PointRow] = field(default_factory=list)  # the stored points, for the listeners
     last_point_id: int = 0  # id of the batch's last point (its points' ids are consecutive)
+    series: list[SeriesRow] = field(default_factory=list)  # the series it created, with their ids
 
 
 @dataclass(slots=True)
