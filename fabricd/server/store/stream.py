@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
-from operator import itemgetter
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
@@ -48,7 +47,7 @@ class Stream:
         if served is None:
             return self._read_database(cursor, limit, keep)
         rows, upto = served
-        return deliveries(rows, self.identities.of(set(map(itemgetter(0), rows))), keep), upto
+        return deliveries(rows, _Unknown(self.identities, rows, keep), keep), upto
 
     def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
         with self.db.cursor() as cur:
@@ -75,7 +74,7 @@ class Stream:
             cur.execute(self.db.sql.upsert_cursor, (name, position))
 
 
-def deliveries(rows: Sequence[Any], idents: dict[int, Identity], keep: Keep | None = None) -> list[Delivery]:
+def deliveries(rows: Sequence[Any], idents: Mapping[int, Identity], keep: Keep | None = None) -> list[Delivery]:
     """The ``(series id, ts, value, rate, status, since)`` rows as samples, one ``Delivery`` per run
     of consecutive rows of one node; with ``keep``, only the samples of the series it keeps (and,
     if it reads rates only, a counter's with its identity as reading: ``Keep``)."""
@@ -107,6 +106,31 @@ def deliveries(rows: Sequence[Any], idents: dict[int, Identity], keep: Keep | No
     if node is not None:
         out.append(Delivery(node, samples, len(rows) - start, stamps))
     return out
+
+
+class _Unknown(Mapping[int, Identity]):
+    """The identities of the rows' series a ``Keep`` has not learned yet, fetched on the first
+    lookup, all at once: a reader that knows every series (the steady state) makes no pass over
+    the rows to collect their ids (a tenth of the detection loop's read at 500 nodes)."""
+
+    def __init__(self, identities: Identities, rows: Sequence[PointRow], keep: Keep | None) -> None:
+        self._identities, self._rows, self._keep = identities, rows, keep
+        self._found: Mapping[int, Identity] | None = None
+
+    def _load(self) -> Mapping[int, Identity]:
+        if self._found is None:
+            known = self._keep.known if self._keep is not None else {}
+            self._found = self._identities.of({sid for sid, *_ in self._rows if sid not in known})
+        return self._found
+
+    def __getitem__(self, sid: int) -> Identity:
+        return self._load()[sid]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
 
 
 class _Tail:
