@@ -400,7 +400,12 @@ class Central:
         # A correlator stops after its detection step's query: catching up from the first point of
         # a fresh database (no planner statistics yet), one partition's read took 20 s and more.
         self.proc.terminate()
-        self.proc.wait(120)
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:  # never leave it running: the next rows would share its core
+            self.proc.kill()
+            self.proc.wait()
+            print(f"bench: fabricd server {self.proc.pid} ignored SIGTERM for 120 s; killed", file=sys.stderr)
 
 
 def _points_in(url: str, exact: bool = False) -> int:
