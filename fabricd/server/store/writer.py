@@ -172,7 +172,7 @@ class GroupCommitWriter:
         sids = _series_ids(batch.samples, known.ids)
         added = None
         if None in sids:
-            added = self._add_series(cur, batch, sids, known, job)
+            added = self._add_series(cur, job, sids, known)
             sids = _series_ids(batch.samples, added.ids)
         rows: list[PointRow] = []
         if batch.samples:
@@ -194,10 +194,11 @@ class GroupCommitWriter:
         ids = {(src, dev, port, ctr, labels_of_json(labels)): sid for sid, src, dev, port, ctr, labels in cur}
         return _NodeSeries(ids, len(ids))
 
-    def _add_series(self, cur: Any, batch: Batch, sids: list[int | None], known: _NodeSeries, job: _Job) -> _NodeSeries:
+    def _add_series(self, cur: Any, job: _Job, sids: list[int | None], known: _NodeSeries) -> _NodeSeries:
         """Insert the batch's new series (after checking the limit); the node's ids, reloaded. The
         new series' rows, with their ids, go to ``job.series``: the listeners learn their identities
         from them (``Identities.committed``) instead of reading them back."""
+        batch = job.batch
         fresh: dict[SeriesKey, Reading] = {}
         for sid, s in zip(sids, batch.samples, strict=True):
             if sid is None and not _alias(known.ids, s.reading):
