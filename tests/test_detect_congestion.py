@@ -424,3 +424,50 @@ def test_one_slow_pair_beside_a_straggler_behind_the_link_is_the_straggler_alone
     # node-014 is slow with every partner, its own leaf's included: runs that cannot cross the
     # link are slow too, and one node is in every slow run
     assert _opened(lambda hosts: "node-014" in hosts) == [(IncidentKind.STRAGGLER, "node-014")]
+
+
+LEAF_03 = {TOPO.hca_ports[link.a].node for link in TOPO.links.values() if link.kind == "host" and link.b == "leaf-03"}
+UPLINK_03 = "leaf-03~spine-02"
+
+
+def _routes_as_live(src: str, dst: str) -> list[str]:
+    """Probe routes shaped as the live demo's were around leaf-03 (tests/cases/live, "leaf probes
+    after the link"): its probers reach leaf-04 over spine-01 and the other leaves over spine-02;
+    the other leaves' probers reach it over spine-01, node-007 alone over spine-02."""
+    up, down = TOPO.uplink(f"{src}/mlx5_0"), TOPO.uplink(f"{dst}/mlx5_0")
+    if up.b == down.b:
+        return [up.id, down.id]
+    if src in LEAF_03:
+        spine = "spine-01" if down.b == "leaf-04" else "spine-02"
+    else:
+        spine = "spine-02" if src == "node-007" else "spine-01"
+    return [up.id, f"{up.b}~{spine}", f"{down.b}~{spine}", down.id]
+
+
+def _leaf_03_opens(loaded: bool, queue: bool) -> list[tuple[IncidentKind, str]]:
+    """``loaded``: every pair leaf-03's probers send off their leaf is slow (over either spine), not
+    those within it; ``queue``: every pair crossing ``UPLINK_03`` is slow, whoever probes. No
+    counter says anything (InfiniBand, port_xmit_wait pinned): the pairs alone place a queue."""
+    e = DetectionEngine()
+    e.set_topology(fat_tree(16, 2, 4, SPINES, "infiniband"), _routes_as_live)
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        slow = (loaded and src in LEAF_03 and dst not in LEAF_03) or (queue and UPLINK_03 in _routes_as_live(src, dst))
+        return (0.0, 300e-6 if in_fault(ts, c) and slow else 20e-6)
+
+    changes = replay(e, c.rounds(50, pairs=pairs))
+    return [(i.kind, i.element) for i in changes if i.state is IncidentState.OPEN]
+
+
+def test_one_leafs_probers_slow_over_every_path_off_their_leaf_are_no_queue_on_its_uplink() -> None:
+    # 8 of their slow pairs cross leaf-03~spine-02 against one healthy pair from node-007 (0.89, over
+    # the guard's 0.75); their 5 pairs over spine-01 are as slow: the probers', not a link's queue
+    # nor its tail (sides.py)
+    assert _leaf_03_opens(loaded=True, queue=False) == []
+
+
+def test_a_queue_on_the_uplink_slows_its_pairs_from_either_side_and_is_found() -> None:
+    assert _leaf_03_opens(loaded=False, queue=True) == [(IncidentKind.CONGESTION, UPLINK_03)]
+    # with the probers loaded as well: node-007's pair through it is slow, so the queue is there
+    assert _leaf_03_opens(loaded=True, queue=True) == [(IncidentKind.CONGESTION, UPLINK_03)]

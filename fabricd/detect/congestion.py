@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from fabricd.detect import hol, runs
+from fabricd.detect import hol, runs, sides
 from fabricd.detect.base import PAIR_SIGNALS, EvalContext, by_leaf, spread
 from fabricd.detect.incidents import Proposal
 from fabricd.detect.network import Evidence3, PairGuard, cluster_network
@@ -77,6 +77,9 @@ def propose(ctx: EvalContext) -> list[Proposal]:
         frozenset({stalled}) if stalled else frozenset(),
         ctx.param("congestion_rtt_consistency_marked", 0.5),
         partial(runs.confirm_queue, ctx),
+        # a queue delays a round trip whoever probes it: slow pairs from one leaf's probers only,
+        # beside healthy ones from elsewhere through the element, are the probers' (sides.py)
+        partial(sides.one_sided, ctx),
     )
     out = cluster_network(
         ctx,

@@ -25,8 +25,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import median
 
+from fabricd.detect import sides
 from fabricd.detect.base import EvalContext, proposal
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
@@ -157,7 +159,9 @@ def _tail(ctx: EvalContext) -> list[Proposal]:
     # What reaches here was explained by no root cause before (pauses, loss, a queue on a link or
     # switch): slow pairs that consistently share an element (typically an end host answering
     # slowly). Pairs crossing an element with an open network incident are that incident's.
-    guard = PairGuard(int(ctx.param("tail_min_pairs", 3)), ctx.param("tail_consistency", 0.75), ANY_ELEMENT)
+    # probers behind one leaf, slow wherever they probe beyond it, are no element's tail (sides.py)
+    tail_min, tail_consistency = int(ctx.param("tail_min_pairs", 3)), ctx.param("tail_consistency", 0.75)
+    guard = PairGuard(tail_min, tail_consistency, ANY_ELEMENT, probers_alone=partial(sides.one_sided, ctx))
     return cluster_network(
         ctx,
         IncidentKind.TAIL_LATENCY,

@@ -1,8 +1,7 @@
-"""Votes over pair and port symptoms for faults that sit on the network (congestion, loss, flaps,
-tail latency): ``cluster_network`` and the rules that tidy its clusters into one proposal per root
-cause (folding receivers into the fabric queue they sit behind, holding a host's own link until the
-probes had their chance, hysteresis on an open link). Split from ``base.py``, which keeps what every
-detector shares."""
+"""Votes over pair and port symptoms for faults on the network (congestion, loss, flaps, tail
+latency): ``cluster_network`` and the rules that tidy its clusters into one proposal per root cause
+(folding receivers into the fabric queue they sit behind, holding a host's own link until the probes
+had their chance, hysteresis on an open link). Split from ``base.py`` (what every detector shares)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from dataclasses import dataclass, replace
 from fabricd.detect.base import EvalContext, proposal
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
-from fabricd.detect.localize import Cluster
+from fabricd.detect.localize import Cluster, Symptom
 from fabricd.model import IncidentKind
 
 NETWORK_TYPES = frozenset({"fabric_link", "switch"})
@@ -39,10 +38,13 @@ class PairGuard:
     excluded: frozenset[str] = frozenset()  # elements another detector explains
     marked_consistency: float | None = None  # asked instead while fired marks behind several leaves concur
     witness: Callable[[Cluster], bool] | None = None  # under min_pairs: do NCCL runs stand for the rest
+    probers_alone: Callable[[Cluster, Sequence[Symptom]], bool] | None = None  # ``sides.one_sided``
 
-    def passes(self, c: Cluster, marked: bool = False) -> bool:
+    def passes(self, c: Cluster, marked: bool = False, healthy: Sequence[Symptom] = ()) -> bool:
         need = min(self.min_consistency, self.marked_consistency or 1.0) if marked else self.min_consistency
         if c.element in self.excluded or c.consistency < need or c.kind not in self.types:
+            return False
+        if self.probers_alone is not None and self.probers_alone(c, healthy):
             return False
         return c.pair_count >= self.min_pairs or (c.pair_count > 0 and self.witness is not None and self.witness(c))
 
@@ -138,7 +140,7 @@ def cluster_network(
             ctx.active.update(_queue_of(kind, absorb_into, ctx))
             continue
         marks = [s for c in (cluster, *folded.get(id(cluster), [])) for s in c.symptoms if id(s.ref) in fired_strong]
-        if guard is not None and not marks and not guard.passes(cluster, marked=fabric_loss):
+        if guard is not None and not marks and not guard.passes(cluster, fabric_loss, healthy):
             continue
         findings = [s.ref for s in cluster.symptoms] + [s.ref for c in folded.get(id(cluster), []) for s in c.symptoms]
         ctx.claim(findings)
