@@ -782,3 +782,33 @@ def test_a_group_the_database_fails_is_refused_whole_and_not_written_again(store
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM ingested_batches")).scalar() == 0
     assert store.writer.ingest(make_batch("n0", "a", [ib_sample(T0)]), T0, 3) == IngestResult("a", 1, False, 1)
+
+
+def test_a_batch_the_database_refuses_by_a_constraint_is_an_error_not_a_duplicate(store: Storage) -> None:
+    """Every conflict the writer expects (a retried batch id, a series another replica created) is
+    an ``ON CONFLICT`` no-op; any other constraint violation refusing a batch (here a constraint the
+    test adds on huge values) is an error the agent hears, so it keeps the batch and retries: taken
+    for "stored by another process", the batch would be acknowledged and lost. The group's other
+    batches are stored, and once the database accepts it the same batch id is stored whole."""
+    postgres = store.engine.dialect.name == "postgresql"
+    add = (
+        "ALTER TABLE points ADD CONSTRAINT points_not_huge CHECK (value < 1e300)"
+        if postgres
+        else "CREATE TRIGGER points_not_huge BEFORE INSERT ON points WHEN NEW.value >= 1e300 "
+        "BEGIN SELECT RAISE(ABORT, 'value too large'); END"
+    )
+    with store.engine.begin() as conn:
+        conn.execute(text(add))
+    huge = make_batch("n1", "a", [ib_sample(T0), ib_sample(T0, device="mlx5_1", value=1e301)])
+    fine = make_batch("n2", "a", [ib_sample(T0)])
+    refused, stored = _as_one_group(store, huge, fine)
+    assert isinstance(refused, store.engine.dialect.loaded_dbapi.IntegrityError) and (
+        "points_not_huge" if postgres else "too large"
+    ) in str(refused)
+    assert stored == IngestResult("a", 1, False, 1)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT node FROM ingested_batches")).scalars().all() == ["n2"]
+    drop = "ALTER TABLE points DROP CONSTRAINT points_not_huge" if postgres else "DROP TRIGGER points_not_huge"
+    with store.engine.begin() as conn:
+        conn.execute(text(drop))
+    assert store.writer.ingest(huge, T0, 3) == IngestResult("a", 2, False, 2)

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy.exc import IntegrityError
-
 from fabricd.model import Batch, CollectorHealth, Labels, Reading, Sample
 from fabricd.server.store.protocols import CommitListener
 from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded, SeriesRow
@@ -38,7 +36,6 @@ class GroupCommitWriter:
         self._queue: list[_Job] = []  # batches waiting for the next group commit
         self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
         self._listeners: list[CommitListener] = []
-        self._integrity_errors = (IntegrityError, db.engine.dialect.loaded_dbapi.IntegrityError)
 
     def subscribe(self, listener: CommitListener) -> None:
         """Call ``listener.committed`` after every commit from now on, in commit order, under the
@@ -144,12 +141,10 @@ class GroupCommitWriter:
             grown[job.batch.node] = node_series
 
     def _refuse(self, job: _Job, exc: Exception) -> None:
-        job.rows, job.last_point_id = [], 0
-        if isinstance(exc, self._integrity_errors):
-            # Another process stored the same batch id (or series) first: nothing of ours was kept.
-            job.result = IngestResult(job.batch.batch_id, 0, True)
-        else:
-            job.result, job.error = None, exc
+        # Not even an IntegrityError is "another process stored it": a retried batch id and a
+        # series another replica created are ON CONFLICT no-ops (sql.py), so a violation is a
+        # batch the database refused, which its agent must keep and retry, not lose as a duplicate.
+        job.result, job.error, job.rows, job.last_point_id = None, exc, [], 0
 
     def _write_batch(
         self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]
