@@ -12,6 +12,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import event, text
+from sqlalchemy.exc import OperationalError
 
 from fabricd.detect.engine import DetectionEngine
 from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Kind, Sample, Severity, Status
@@ -124,6 +125,27 @@ def test_latest_is_not_overwritten_by_an_older_backlog(store: Storage) -> None:
     store.writer.ingest(make_batch("n1", "spooled", [ib_sample(T0 - 600, rate=1.0)]), T0, 100)
     [(node, latest)] = store.latest.values()
     assert (node, latest.ts, latest.rate) == ("n1", T0, 5.0)
+
+
+def test_the_newest_point_of_each_series_wins_whatever_the_batches_hold(store: Storage) -> None:
+    """One scrape newer than all held replaces at once; a replayed spool of several scrapes, or an
+    older one, is taken point by point: the newest wins, and of two at one time the later."""
+    store.latest.load()
+
+    def latest() -> dict[str, tuple[float, float | None]]:
+        return {s.reading.device: (s.ts, s.rate) for _n, s in store.latest.values()}
+
+    store.writer.ingest(make_batch("n1", "a", [ib_sample(T0, rate=1.0), ib_sample(T0, "mlx5_1", rate=1.0)]), T0, 9)
+    store.writer.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=2.0), ib_sample(T0 + 10, rate=3.0)]), T0, 9)
+    assert latest() == {"mlx5_0": (T0 + 10, 3.0), "mlx5_1": (T0, 1.0)}  # a tie: the later point
+    spool = [ib_sample(T0 + 30, rate=4.0), ib_sample(T0 + 20, rate=5.0), ib_sample(T0 + 20, "mlx5_1", rate=6.0)]
+    store.writer.ingest(make_batch("n1", "c", spool), T0, 9)
+    assert latest() == {"mlx5_0": (T0 + 30, 4.0), "mlx5_1": (T0 + 20, 6.0)}
+    store.writer.ingest(
+        make_batch("n1", "d", [ib_sample(T0 + 25, rate=7.0), ib_sample(T0 + 25, "mlx5_1", rate=8.0)]), T0, 9
+    )
+    assert latest() == {"mlx5_0": (T0 + 30, 4.0), "mlx5_1": (T0 + 25, 8.0)}
+    assert store.latest.flush() == 2 and table_latest(store) == {"mlx5_0": (T0 + 30, 4.0), "mlx5_1": (T0 + 25, 8.0)}
 
 
 def table_latest(store: Storage) -> dict[str, tuple[float | None, float | None]]:
@@ -812,3 +834,25 @@ def test_a_batch_the_database_refuses_by_a_constraint_is_an_error_not_a_duplicat
     with store.engine.begin() as conn:
         conn.execute(text(drop))
     assert store.writer.ingest(huge, T0, 3) == IngestResult("a", 2, False, 2)
+
+
+def test_the_writer_keeps_its_connection_between_batches_and_lets_a_dead_one_go(store: Storage) -> None:
+    """One pool checkout for many batches (no pre-ping round trip per batch); a connection the
+    database dropped fails the batch in flight, an error its agent retries, and the next batch
+    takes a fresh connection from the pool."""
+    postgres = store.engine.dialect.name == "postgresql"
+    checkouts: list[object] = []
+    event.listen(store.engine, "checkout", lambda dbapi, *_a: checkouts.append(dbapi))
+    for i in range(3):
+        assert store.writer.ingest(make_batch("n1", f"b{i}", [ib_sample(T0 + i)]), T0, 3).accepted == 1
+    assert len(checkouts) == 1
+    if postgres:  # as a database restart or an idle timeout would
+        with store.engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": checkouts[0].info.backend_pid})
+        with pytest.raises((store.engine.dialect.loaded_dbapi.OperationalError, OperationalError)):
+            store.writer.ingest(make_batch("n1", "lost", [ib_sample(T0 + 5)]), T0, 3)
+        assert store.writer.ingest(make_batch("n1", "lost", [ib_sample(T0 + 5)]), T0, 3).accepted == 1
+    store.writer.close()
+    assert store.writer.ingest(make_batch("n1", "after", [ib_sample(T0 + 6)]), T0, 3).accepted == 1
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM points")).scalar() == (5 if postgres else 4)

@@ -185,6 +185,7 @@ def _lifespan(
             s.tasks.clear()
             await _flush_latest(s)
             await hooks.stop()
+            s.store.writer.close()
             s.store.engine.dispose()
 
     return lifespan

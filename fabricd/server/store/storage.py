@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from fabricd.server.store.identities import Identities
 from fabricd.server.store.incidents import Incidents
@@ -50,6 +50,8 @@ class Storage:
         latest = LatestValues(db, identities)
         stream = Stream(db, identities, stream_tail_points)
         writer = GroupCommitWriter(db)
+        # the engine disposed (the service's shutdown, a test's end): the writer's connection too
+        event.listen(engine, "engine_disposed", lambda _engine: writer.held.release(invalidate=True))
         writer.subscribe(identities)  # first: the readers below find a new series' identity
         writer.subscribe(latest)
         if stream_tail_points > 0:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from fabricd.model import Batch, CollectorHealth, Labels, Reading, Sample
+from fabricd.server.store.held import HeldConnection
 from fabricd.server.store.protocols import CommitListener
 from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded, SeriesRow
 from fabricd.server.store.sql import Database
@@ -36,6 +37,7 @@ class GroupCommitWriter:
         self._queue: list[_Job] = []  # batches waiting for the next group commit
         self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
         self._listeners: list[CommitListener] = []
+        self.held = HeldConnection(db.engine)  # one transaction a group, on a connection kept between them
 
     def subscribe(self, listener: CommitListener) -> None:
         """Call ``listener.committed`` after every commit from now on, in commit order, under the
@@ -86,7 +88,7 @@ class GroupCommitWriter:
         grown: dict[str, _NodeSeries] = {}  # series added by this transaction, cached after commit
         by_batch = False
         try:
-            with self.db.cursor(transaction=True) as cur:
+            with self.held.transaction() as cur:
                 for job in group:
                     try:
                         self._store(cur, job, grown)
@@ -105,7 +107,7 @@ class GroupCommitWriter:
     def _write_alone(self, job: _Job) -> None:
         grown: dict[str, _NodeSeries] = {}
         try:
-            with self.db.cursor(transaction=True) as cur:
+            with self.held.transaction() as cur:
                 try:
                     self._store(cur, job, grown)
                 except Exception as exc:
@@ -117,6 +119,12 @@ class GroupCommitWriter:
             job.result, job.rows, job.error = None, [], exc
             return
         self._committed([job], grown)
+
+    def close(self) -> None:
+        """Give the writer's connection back to the pool (the service's shutdown), once the group
+        being written, if any, is committed."""
+        with self.db.write_lock:
+            self.held.release()
 
     def _committed(self, jobs: list[_Job], grown: dict[str, _NodeSeries]) -> None:
         self._series.update(grown)
