@@ -856,3 +856,36 @@ def test_the_writer_keeps_its_connection_between_batches_and_lets_a_dead_one_go(
     assert store.writer.ingest(make_batch("n1", "after", [ib_sample(T0 + 6)]), T0, 3).accepted == 1
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM points")).scalar() == (5 if postgres else 4)
+
+
+def test_the_tail_reads_a_nodes_batches_of_the_same_series_through_one_plan(
+    store: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's agent sends the same series in the same order every scrape: the detection loop's
+    read makes one ``Plan`` of which rows it keeps and reuses it, looking at no left-out row again;
+    a batch of other series makes a new one. What it reads is what the database path reads."""
+    from fabricd.server.store import stream as stream_module
+
+    live = Storage.open(store.engine, stream_tail_points=1000, partition_seconds=1800.0)
+    vl15 = {"counter": "vl15_dropped", "name": "vl15_dropped", "unit": "packets"}  # left out
+    for k in range(3):
+        ts = T0 + 10 * k
+        live.writer.ingest(make_batch("n1", f"s{k}", [ib_sample(ts, **vl15), ib_sample(ts, rate=1.0 + k)]), T0, 100)
+    plans: list[object] = []
+    made = stream_module._plan
+    monkeypatch.setattr(stream_module, "_plan", lambda *a: plans.append(1) or made(*a))
+    keep = keep_for(EngineFeed(DetectionEngine()))
+    assert keep is not None
+    got, upto = live.stream.read(0, 100, keep=keep)
+    assert [(d.node, [(s.ts, s.rate) for s in d.samples], d.read, list(d.stamps or ())) for d in got] == [
+        ("n1", [(T0, 1.0), (T0 + 10, 2.0), (T0 + 20, 3.0)], 6, [T0, T0 + 10, T0 + 20])
+    ]
+    assert len(plans) == 1
+    live.writer.ingest(make_batch("n1", "other", [ib_sample(T0 + 30, device="mlx5_1", rate=9.0)]), T0, 100)
+    live.stream.read(upto, 100, keep=keep)
+    assert len(plans) == 2
+    for cursor in range(store.stream.head() + 1):
+        mine, theirs = live.stream.read(cursor, 100, keep=keep), store.stream.read(cursor, 100, keep=keep)
+        assert [(d.node, [(s.ts, s.rate) for s in d.samples], d.read) for d in mine[0]] == [
+            (d.node, [(s.ts, s.rate) for s in d.samples], d.read) for d in theirs[0]
+        ]

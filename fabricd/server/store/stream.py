@@ -17,13 +17,18 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.records import SHARE, STATUSES, Committed, Delivery, Keep, PointRow
+from fabricd.server.store.records import KEEP_MAX, SHARE, STATUSES, Committed, Delivery, Keep, PointRow
 from fabricd.server.store.sql import Database
 
+# One batch's points as the tail keeps them: its node (as the writer named it) and its rows.
+Chunk = tuple[str, Sequence[PointRow]]
+_SID, _TS = itemgetter(0), itemgetter(1)
 # Points the tail keeps: ~100 bytes each, so ~10 MB; a detection loop reading 20,000 points a step
 # stays served from memory unless it falls five steps behind.
 TAIL_POINTS = 100_000
@@ -46,8 +51,11 @@ class Stream:
         served = self._tail.since(cursor, limit) if self._tail is not None else None
         if served is None:
             return self._read_database(cursor, limit, keep)
-        rows, upto = served
-        return deliveries(rows, _Unknown(self.identities, rows, keep), keep), upto
+        chunks, upto = served
+        idents = _Unknown(self.identities, chunks, keep)
+        if keep is None:
+            return deliveries([row for _node, rows in chunks for row in rows], idents), upto
+        return planned(chunks, idents, keep), upto
 
     def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
         with self.db.cursor() as cur:
@@ -108,19 +116,96 @@ def deliveries(rows: Sequence[Any], idents: Mapping[int, Identity], keep: Keep |
     return out
 
 
+class Plan(NamedTuple):
+    """How a reader reads one node's batch of these series, in this order: which rows it keeps,
+    each with its identity and how (``Keep``). A node's agent sends the same series in the same
+    order scrape after scrape, so the plan is made once and the rows left out are never looked at."""
+
+    sids: tuple[int, ...]
+    owner: str
+    kept: tuple[int, ...]  # row indices
+    entries: tuple[tuple[Reading, int], ...]  # identity and how, for each kept row
+
+
+def planned(chunks: Sequence[Chunk], idents: Mapping[int, Identity], keep: Keep) -> list[Delivery]:
+    """``deliveries`` of the tail's batches, through each node's ``Plan``: the same samples and
+    deliveries, without a lookup for every point (two thirds of a scrape is left out by the
+    detection loop's ``Keep``: docs/storage.md, "Detection reads a plan per node")."""
+    out: list[Delivery] = []
+    plans = keep.plans
+    for node, rows in chunks:
+        sids = tuple(map(_SID, rows))
+        plan = plans.get(node)
+        if plan is None or plan.sids != sids:
+            plan = _plan(sids, idents, keep)
+            if plan is None:  # series of several nodes, or one that does not exist: point by point
+                for d in deliveries(rows, idents, keep):
+                    _join(out, d)
+                continue
+            if len(plans) >= KEEP_MAX:
+                plans.clear()
+            plans[node] = plan
+        stamps = [ts for ts, _ in groupby(map(_TS, rows))]
+        _join(out, Delivery(plan.owner, _samples(plan, rows), len(rows), stamps))
+    return out
+
+
+def _plan(sids: tuple[int, ...], idents: Mapping[int, Identity], keep: Keep) -> Plan | None:
+    known, learn = keep.known, keep.learn
+    owner: str | None = None
+    kept: list[int] = []
+    entries: list[tuple[Reading, int]] = []
+    for i, sid in enumerate(sids):
+        seen = known.get(sid) or learn(sid, idents)
+        if seen is None or (owner is not None and seen[0] != owner):
+            return None
+        owner = seen[0]
+        if seen[2]:
+            kept.append(i)
+            entries.append((seen[1], seen[2]))
+    return Plan(sids, owner, tuple(kept), tuple(entries)) if owner is not None else None
+
+
+def _samples(plan: Plan, rows: Sequence[PointRow]) -> list[Sample]:
+    out: list[Sample] = []
+    append, statuses = out.append, STATUSES
+    for i, (b, how) in zip(plan.kept, plan.entries, strict=True):
+        _sid, ts, value, rate, status, since = rows[i]
+        st = statuses.get(status) or Status(status)
+        if how == SHARE:
+            append(Sample(ts, b, rate, st, since))
+        else:
+            r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
+            append(Sample(ts, r, rate, st, since))
+    return out
+
+
+def _join(out: list[Delivery], d: Delivery) -> None:
+    """Append ``d``, as one delivery with the last when it is the same node's (a run of its rows)."""
+    if not out or out[-1].node != d.node:
+        out.append(d)
+        return
+    last = out[-1]
+    last.samples.extend(d.samples)
+    stamps = list(last.stamps or ())
+    stamps.extend(d.stamps[1:] if stamps and d.stamps and d.stamps[0] == stamps[-1] else (d.stamps or ()))
+    out[-1] = last._replace(rows=last.read + d.read, stamps=stamps)
+
+
 class _Unknown(Mapping[int, Identity]):
     """The identities of the rows' series a ``Keep`` has not learned yet, fetched on the first
     lookup, all at once: a reader that knows every series (the steady state) makes no pass over
     the rows to collect their ids (a tenth of the detection loop's read at 500 nodes)."""
 
-    def __init__(self, identities: Identities, rows: Sequence[PointRow], keep: Keep | None) -> None:
-        self._identities, self._rows, self._keep = identities, rows, keep
+    def __init__(self, identities: Identities, chunks: Sequence[Chunk], keep: Keep | None) -> None:
+        self._identities, self._chunks, self._keep = identities, chunks, keep
         self._found: Mapping[int, Identity] | None = None
 
     def _load(self) -> Mapping[int, Identity]:
         if self._found is None:
             known = self._keep.known if self._keep is not None else {}
-            self._found = self._identities.of({sid for sid, *_ in self._rows if sid not in known})
+            wanted = {sid for _node, rows in self._chunks for sid, *_ in rows if sid not in known}
+            self._found = self._identities.of(wanted)
         return self._found
 
     def __getitem__(self, sid: int) -> Identity:
@@ -148,7 +233,7 @@ class _Tail:
 
     def __init__(self, max_points: int) -> None:
         self._lock = threading.Lock()
-        self._entries: deque[tuple[int, int, Sequence[PointRow]]] = deque()  # first id, last id, rows
+        self._entries: deque[tuple[int, int, str, Sequence[PointRow]]] = deque()  # first id, last id, node, rows
         self._points = 0
         self.floor: int | None = None  # None until the first batch: nothing to answer from yet
         self.max_points = max_points
@@ -159,10 +244,10 @@ class _Tail:
                 first = b.last_point_id - len(b.rows) + 1
                 if self.floor is None:
                     self.floor = first - 1
-                self._entries.append((first, b.last_point_id, b.rows))
+                self._entries.append((first, b.last_point_id, b.node, b.rows))
                 self._points += len(b.rows)
             while self._points > self.max_points and len(self._entries) > 1:
-                _first, last, old = self._entries.popleft()
+                _first, last, _node, old = self._entries.popleft()
                 self._points -= len(old)
                 self.floor = last
 
@@ -171,20 +256,22 @@ class _Tail:
         with self._lock:
             return self._entries[-1][1] if self._entries else None
 
-    def since(self, cursor: int, limit: int) -> tuple[list[PointRow], int] | None:
-        """(point rows, next cursor), or None to read the database."""
+    def since(self, cursor: int, limit: int) -> tuple[list[Chunk], int] | None:
+        """(each batch's node and point rows, in id order; the next cursor), or None to read the
+        database."""
         with self._lock:
             if self.floor is None or cursor < self.floor:
                 return None
-            out: list[PointRow] = []
-            upto = cursor
-            for first, last, rows in self._entries:
+            out: list[Chunk] = []
+            upto, taken = cursor, 0
+            for first, last, node, rows in self._entries:
                 if last <= cursor:
                     continue
                 skip = max(0, cursor - first + 1)
-                take = rows[skip : skip + limit - len(out)]
-                out.extend(take)
+                take = rows[skip : skip + limit - taken] if skip or len(rows) > limit - taken else rows
+                out.append((node, take))
+                taken += len(take)
                 upto = first + skip + len(take) - 1
-                if len(out) >= limit:
+                if taken >= limit:
                     break
             return out, upto
