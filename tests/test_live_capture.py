@@ -93,7 +93,8 @@ def test_one_leafs_probers_slow_beyond_their_leaf_are_no_queue_on_its_uplink(tmp
     86 s into the fault ``congestion leaf-03~spine-02`` opened on 7 slow pairs, every one from a
     leaf-03 prober, at 0.76 consistency against the guard's 0.75. The same probers' paths over the
     other spine were as slow (4 of 5) and the pairs other leaves' probers sent through leaf-03's
-    uplinks were healthy: a queue delays a round trip whoever probes it (``fabricd.detect.sides``)."""
+    uplinks, the congested link aside, were healthy: a queue delays a round trip whoever probes it
+    (``fabricd.detect.sides``)."""
     opened, resolved = replay_both(_unpacked("demo_leaf_probes_after_the_link", tmp_path))
     assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
     assert opened[0].ts - 1796413677.283067 <= DEADLINE_SECONDS
