@@ -980,13 +980,41 @@ def machine() -> dict[str, str]:
     }
 
 
-def write_docs(rows: list[Row], info: dict[str, str], doc: Path = REPO / "docs" / "benchmarks.md") -> None:
-    head = doc.read_text().split("<!-- bench:start -->")[0] if doc.exists() else "# Benchmarks\n\n"
-    body = (
-        f"<!-- bench:start -->\nLatest run ({info['mode']}): {info['date']}, commit `{info['commit']}`, "
-        f"{info['cpu']} ({info['cores']} cores), Python {info['python']}.\n\n{table(rows)}\n"
-    )
-    doc.write_text(head + body)
+def write_docs(
+    rows: list[Row], info: dict[str, str], doc: Path = REPO / "docs" / "benchmarks.md", only: list[str] | None = None
+) -> None:
+    """The table after ``<!-- bench:start -->``, with the run's machine and commit. A run of some
+    sections (``only``) replaces just their rows, in place, each tagged with its commit and date,
+    and adds a line to the run note: the other sections' rows stay as their own runs left them."""
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n\n"
+    head, marker, old = text.partition("<!-- bench:start -->")
+    run = f"{info['date']}, commit `{info['commit']}`, {info['cpu']} ({info['cores']} cores), Python {info['python']}"
+    if only is None or not marker:
+        doc.write_text(f"{head}<!-- bench:start -->\nLatest run ({info['mode']}): {run}.\n\n{table(rows)}\n")
+        return
+    lines = old.strip("\n").split("\n")
+    note = [line for line in lines if not line.startswith("|")]
+    tagged = [{**r, "note": f"{r['note']} (`{info['commit']}`, {info['date']})".strip()} for r in rows]
+    fresh = table(tagged).split("\n")
+    header, by_section = fresh[:2], _rows_by_section(fresh[2:])
+    merged: list[str] = []
+    for line in (line for line in lines if line.startswith("| ") and not line.startswith("| section |")):
+        section = line.split("|")[1].strip()
+        if section not in only:
+            merged.append(line)
+        elif section in by_section:  # the first old row of a section run again: its new rows here
+            merged.extend(by_section.pop(section))
+    merged.extend(row for rest in by_section.values() for row in rest)
+    added = f"The {', '.join(only)} rows: `python bench/run.py --only {','.join(only)}` ({info['mode']}) on {run}."
+    body = "\n".join(note).strip("\n") + "\n" + added + "\n\n" + "\n".join(header + merged) + "\n"
+    doc.write_text(f"{head}<!-- bench:start -->\n{body}")
+
+
+def _rows_by_section(lines: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in lines:
+        out.setdefault(line.split("|")[1].strip(), []).append(line)
+    return out
 
 
 def main() -> int:
@@ -1024,7 +1052,7 @@ def main() -> int:
             if o and o["median"]:
                 print(f"{r['what']}: {r['median'] / o['median']:.2f}x of previous", file=sys.stderr)
     if not args.no_docs:
-        write_docs(rows, info, args.docs)
+        write_docs(rows, info, args.docs, chosen if args.only else None)
     return 0
 
 

@@ -106,3 +106,38 @@ def test_an_unknown_section_is_named() -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "unknown section(s) ingset" in proc.stderr
+
+
+def test_a_run_of_some_sections_replaces_only_their_rows_in_the_docs(tmp_path: Path) -> None:
+    """``--only replica`` once rewrote the whole table, dropping every other section's rows: now it
+    replaces that section's rows where they were, tags them with its commit, and notes the run."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import run as bench_run  # bench/run.py
+
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(
+        "# Benchmarks\n\nHow to read.\n\n<!-- bench:start -->\nLatest run (full): then.\n\n"
+        "| section | measurement | median | min | max | runs | note |\n|---|---|---|---|---|---|---|\n"
+        "| scrape | a | 1 s | 1 s | 1 s | 3 | kept |\n| replica | old | 2 s | 2 s | 2 s | 3 | gone |\n"
+        "| bus | b | 3 s | 3 s | 3 s | 3 | kept too |\n"
+    )
+    info = {"date": "2026-12-04", "commit": "abc1234", "cpu": "CPU", "cores": "2", "python": "3.11", "mode": "full"}
+    new = [
+        {
+            "section": "replica",
+            "what": "new",
+            "median": 4.0,
+            "min": 4.0,
+            "max": 4.0,
+            "unit": "s",
+            "runs": 3,
+            "note": "n",
+        }
+    ]
+    bench_run.write_docs(new, info, docs, ["replica"])
+    text = docs.read_text()
+    assert text.startswith("# Benchmarks\n\nHow to read.\n\n<!-- bench:start -->\nLatest run (full): then.\n")
+    assert "The replica rows: `python bench/run.py --only replica` (full) on 2026-12-04, commit `abc1234`" in text
+    table = [line.split("|")[1:3] for line in text.splitlines() if line.startswith("| ") and "section" not in line]
+    assert [(s.strip(), w.strip()) for s, w in table] == [("scrape", "a"), ("replica", "new"), ("bus", "b")]
+    assert "| n (`abc1234`, 2026-12-04) |" in text and "gone" not in text
