@@ -128,8 +128,8 @@ def test_latest_is_not_overwritten_by_an_older_backlog(store: Storage) -> None:
 
 
 def test_the_newest_point_of_each_series_wins_whatever_the_batches_hold(store: Storage) -> None:
-    """One scrape newer than all held replaces at once; a replayed spool of several scrapes, or an
-    older one, is taken point by point: the newest wins, and of two at one time the later."""
+    """A live scrape, a replayed spool of several scrapes and an older scrape alike: of each series
+    the newest point is kept in memory and flushed, and of two at one time the later."""
     store.latest.load()
 
     def latest() -> dict[str, tuple[float, float | None]]:
