@@ -99,3 +99,30 @@ def test_one_leafs_probers_slow_beyond_their_leaf_are_no_queue_on_its_uplink(tmp
     assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
     assert opened[0].ts - 1796413677.283067 <= DEADLINE_SECONDS
     assert resolved == []
+
+
+def test_a_live_capture_stored_again_reads_back_as_rows_that_detect_as_its_samples(tmp_path: Path) -> None:
+    """The detection loop hands the engine each stored scrape as its rows (``ScrapeRows``), read
+    through a program per batch layout (``fabricd.detect.absorb``) instead of a ``Sample`` per
+    point. A live capture's batches stored again through the writer and read back from the
+    stream's tail, as the service does: at every delivery the incidents changed, with their
+    evidence and timelines, are the same as a detector's given the same samples as lists."""
+    from fabricd.scrape_rows import ScrapeRows
+    from tests.support.relive import replay_ingested
+
+    as_rows = as_lists = 0
+    opened: list[str] = []
+    for _now, deliveries, by_rows, by_lists in replay_ingested(
+        _unpacked("demo_leaf_probes_after_the_link", tmp_path), tmp_path / "again.db"
+    ):
+        as_rows += sum(1 for d in deliveries if isinstance(d.samples, ScrapeRows))
+        as_lists += sum(1 for d in deliveries if not isinstance(d.samples, ScrapeRows))
+        assert [_seen(i) for i in by_rows] == [_seen(i) for i in by_lists]
+        opened += [f"{i.kind.value} {i.element}" for i in by_rows if i.state.value == "open"]
+    assert as_rows > 500 and as_lists == 0  # every batch of this capture is one scrape
+    assert sorted(set(opened)) == ["congestion leaf-02~spine-01"]
+
+
+def _seen(incident: object) -> tuple[object, ...]:
+    i = incident
+    return (i.key, i.state, i.kind, i.element, i.severity, tuple(i.timeline), i.evidence, i.updated_ts)  # type: ignore[attr-defined]

@@ -889,3 +889,54 @@ def test_the_tail_reads_a_nodes_batches_of_the_same_series_through_one_plan(
         assert [(d.node, [(s.ts, s.rate) for s in d.samples], d.read) for d in mine[0]] == [
             (d.node, [(s.ts, s.rate) for s in d.samples], d.read) for d in theirs[0]
         ]
+
+
+def test_a_read_that_cuts_a_batch_keeps_the_nodes_whole_plan_and_hands_scrapes_as_rows(
+    store: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read takes at most ``limit`` points, so its first and last batches may be cut: their plan
+    is made for the part read and must not replace the node's plan of its whole batches (two cut
+    batches a read made every later scrape of their nodes plan again). A batch that says it is
+    one scrape (``first_ts == last_ts``, as agents send and ``wire.decode`` checks) is handed on as
+    its rows; one of several scrapes as the samples of each."""
+    from fabricd.scrape_rows import ScrapeRows
+    from fabricd.server.store import stream as stream_module
+
+    live = Storage.open(store.engine, stream_tail_points=1000, partition_seconds=1800.0)
+    vl15 = {"counter": "vl15_dropped", "name": "vl15_dropped", "unit": "packets"}  # left out
+    for k in range(3):
+        ts = T0 + 10 * k
+        batch = make_batch("n1", f"s{k}", [ib_sample(ts, **vl15), ib_sample(ts, rate=1.0 + k), ib_sample(ts, **vl15)])
+        batch.first_ts = batch.last_ts = ts
+        live.writer.ingest(batch, T0, 100)
+    two = make_batch("n1", "two", [ib_sample(T0 + 30, rate=4.0), ib_sample(T0 + 40, rate=5.0)])
+    two.first_ts, two.last_ts = T0 + 30, T0 + 40
+    live.writer.ingest(two, T0, 100)
+    plans: list[object] = []
+    made = stream_module._plan
+    monkeypatch.setattr(stream_module, "_plan", lambda *a: plans.append(1) or made(*a))
+    keep = keep_for(EngineFeed(DetectionEngine()))
+    assert keep is not None
+    first, upto = live.stream.read(0, 4, keep=keep)  # s0 whole, s1's first point
+    rest, _ = live.stream.read(upto, 100, keep=keep)  # s1's last two points, s2 whole, then "two"
+    assert len(plans) == 4  # s0; s1's head; s1's tail; "two" (s2 took s0's plan)
+    assert len(keep.plans["n1"].sids) == 2  # the node's last whole batch: "two"
+    got = [(type(d.samples).__name__, [(s.ts, s.rate) for s in d.samples], d.read, d.stamps) for d in first + rest]
+    assert got == [
+        ("list", [(T0, 1.0)], 4, [T0, T0 + 10]),  # s1's first point is left out: its scrape still counts
+        (
+            "list",
+            [(T0 + 10, 2.0), (T0 + 20, 3.0), (T0 + 30, 4.0), (T0 + 40, 5.0)],
+            7,
+            [T0 + 10, T0 + 20, T0 + 30, T0 + 40],
+        ),
+    ]
+    # each delivery joins a node's consecutive batches: read one batch at a time, they stay rows
+    one, _ = live.stream.read(upto + 2, 3, keep=keep)
+    assert [(type(d.samples), d.read) for d in one] == [(ScrapeRows, 3)] and one[0].samples.ts == T0 + 20
+    for cursor in range(store.stream.head() + 1):
+        for limit in (1, 2, 4, 100):
+            mine, theirs = live.stream.read(cursor, limit, keep=keep), store.stream.read(cursor, limit, keep=keep)
+            assert [(d.node, [(s.ts, s.rate) for s in d.samples], d.read, d.stamps) for d in mine[0]] == [
+                (d.node, [(s.ts, s.rate) for s in d.samples], d.read, d.stamps) for d in theirs[0]
+            ], (cursor, limit)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fabricd.detect import congestion, hol, latency, loss
+from fabricd.detect.absorb import Programs, absorb_rows
 from fabricd.detect.base import PAIR_SIGNALS, EvalContext
 from fabricd.detect.delays import Delays
 from fabricd.detect.findings import Tracker
@@ -28,6 +29,7 @@ from fabricd.detect.rules import Rule, RuleSet, load_rules
 from fabricd.detect.settle import Scrape
 from fabricd.detect.signals import IB, SIGNALS, WANTED, Extractor, Record
 from fabricd.model import Incident, IncidentKind, Kind, Labels, Sample
+from fabricd.scrape_rows import ScrapeRows
 
 # More than this share of all probed pairs bad at once is a probing failure, not a fabric fault: a
 # spine down in a 2-spine fabric takes half of the inter-leaf pairs, fewer than half of all pairs.
@@ -59,6 +61,7 @@ class DetectionEngine:
         for rule in self.rules.rules:
             self._by_signal.setdefault(rule.signal, []).append(rule)
         self._records: dict[tuple[str, str, str], Record] = {}
+        self._programs = Programs(WANTED, RUN_HOST)  # stored scrapes' intake, by layout
         self._dirty: list[Record] = []
         self._round_ts = float("-inf")
         self.interval: float | None = None  # learned scrape interval (``_learn_interval``)
@@ -129,6 +132,9 @@ class DetectionEngine:
         # and port, so most samples skip the lookups (docs/storage.md, "One replica's cost").
         # Compared by value: the agents' readings repeat equal names as distinct objects.
         for node, samples in scrapes:
+            if type(samples) is ScrapeRows and not rounds:  # stored rows: the layout's program
+                absorb_rows(self._programs.of(samples.layout), node, samples, self._record, self._run_host)
+                continue
             rec: Record | None = None
             l_src = l_dev = l_port = None
             l_ts, l_labels = 0.0, None
@@ -364,9 +370,9 @@ def _baseline(rules: RuleSet, prefix: str) -> BaselineParams:
     )
 
 
-def _by_node(samples: Sequence[tuple[str, Sample]]) -> list[Scrape]:
+def _by_node(samples: Sequence[tuple[str, Sample]]) -> list[tuple[str, list[Sample]]]:
     """Consecutive samples of one node as one group."""
-    out: list[Scrape] = []
+    out: list[tuple[str, list[Sample]]] = []
     for node, s in samples:
         if out and out[-1][0] == node:
             out[-1][1].append(s)

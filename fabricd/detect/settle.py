@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fabricd.model import Sample
+from fabricd.scrape_rows import ScrapeRows
 
 INF = float("inf")
 DEFAULT_PERIOD_SECONDS = 10.0  # the agent's default scrape interval, until a node's own is learned
@@ -65,7 +66,7 @@ class NodeMark:
 
 # One node's samples of one scrape (one event time), as a node delivered them: the unit the settler
 # holds and hands on, so that a sample costs no (node, sample) pair of its own (docs/storage.md).
-Scrape = tuple[str, list[Sample]]
+Scrape = tuple[str, Sequence[Sample]]  # a list, or the stored rows of one scrape (``ScrapeRows``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,7 @@ class Settler:
     settled_ts: float = float("-inf")
     late_samples: int = 0
     # held scrapes, as (ts, arrival order, node, samples): a heap, released in event-time order
-    _pending: list[tuple[float, int, str, list[Sample]]] = field(default_factory=list)
+    _pending: list[tuple[float, int, str, Sequence[Sample]]] = field(default_factory=list)
     _seq: int = 0
     _late_pending: int = 0
     _left_out: tuple[str, ...] = ()
@@ -146,7 +147,7 @@ class Settler:
         if len(stamps) == 1:  # one scrape (the usual delivery): held whole, no pass over its samples
             if stamps[0] <= self.settled_ts:
                 self._late_pending += len(samples)
-            self._hold(stamps[0], node, samples if isinstance(samples, list) else list(samples))
+            self._hold(stamps[0], node, samples if isinstance(samples, (list, ScrapeRows)) else list(samples))
         else:
             self._hold_scrapes(node, samples)
 
@@ -164,7 +165,7 @@ class Settler:
                 self._late_pending += 1
         self._hold(chunk_ts, node, chunk)
 
-    def _hold(self, ts: float, node: str, samples: list[Sample]) -> None:
+    def _hold(self, ts: float, node: str, samples: Sequence[Sample]) -> None:
         self._seq += 1
         heapq.heappush(self._pending, (ts, self._seq, node, samples))
 

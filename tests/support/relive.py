@@ -6,6 +6,10 @@ a second in between as the detection loop does: what the live central saw, witho
 running it again. ``trim`` cuts a live run's database down to a fixture: the batches received up
 to a time, and only the series the detectors read.
 
+``replay_ingested`` stores the same batches again through the writer into a central that follows
+it (the stream's in-memory tail, as the live service reads it: ``fabricd.scrape_rows``) and hands
+each read to two detectors, one with the deliveries as read and one with their samples as lists.
+
 Regenerate a fixture: ``python -m tests.support.relive DATA_DIR/central/fabricd.db OUT.db END_TS``.
 """
 
@@ -18,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabricd.model import IncidentState
+from fabricd.model import Batch, IncidentState
 from fabricd.server import db
 from fabricd.server.detection import EngineDetector, keep_for
 from fabricd.server.store.records import reads
@@ -78,6 +82,43 @@ def _replay(path: Path) -> Iterator[tuple[list, float]]:  # type: ignore[type-ar
             yield det.deliver(deliveries, received, True), received
     finally:
         engine.dispose()
+
+
+def replay_ingested(path: Path, into: Path) -> Iterator[tuple[float, list, list, list]]:  # type: ignore[type-arg]
+    """The stored batches of ``path`` stored again in a new central database at ``into`` (the same
+    topology) that reads them back from its tail: at each delivery, its processing time, the
+    deliveries, and the incidents changed by a detector given them as read and by one given their
+    samples as lists (the same samples, built)."""
+    with sqlite3.connect(path) as con:
+        rows = con.execute("SELECT node, batch_id, received_ts, samples FROM ingested_batches ORDER BY id").fetchall()
+    source = db.make_engine(f"sqlite:///{path}")
+    target = db.make_engine(f"sqlite:///{into}")
+    db.prepare(source)
+    db.prepare(target)
+    try:
+        old = Storage.open(source)
+        store = Storage.open(target, stream_tail_points=1_000_000)
+        store.topology.put(old.topology.get().doc, rows[0][2])
+        rows_detector, lists_detector = (EngineDetector(ServerSettings(), store.topology) for _ in range(2))
+        for det in (rows_detector, lists_detector):
+            det.expect(sorted({r[0] for r in rows}), rows[0][2])
+        keep = keep_for(rows_detector)
+        old_cursor = cursor = 0
+        for seq, (node, batch_id, received, count) in enumerate(rows, start=1):
+            stored, old_cursor = old.stream.read(old_cursor, count)
+            batch = Batch(node, "relive", batch_id, [s for d in stored for s in d.samples], instance="relive", seq=seq)
+            store.writer.ingest(batch, received, 100_000)
+            deliveries, cursor = store.stream.read(cursor, count, keep=keep)
+            as_lists = [d._replace(samples=list(d.samples)) for d in deliveries]
+            yield (
+                received,
+                deliveries,
+                rows_detector.deliver(deliveries, received, True),
+                lists_detector.deliver(as_lists, received, True),
+            )
+    finally:
+        source.dispose()
+        target.dispose()
 
 
 def _opened(changed: list, now: float, seen: set[tuple[str, float]]) -> list[Opened]:  # type: ignore[type-arg]

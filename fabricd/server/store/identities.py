@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from fabricd.model import Kind, Reading
+from fabricd.server.store.batchrows import labels_of_json
 from fabricd.server.store.records import Committed
 from fabricd.server.store.sql import Database
-from fabricd.server.store.writer import labels_of_json
 
 # Series identities kept: ~200 bytes each, so ~200 MB at most.
 IDENTITY_CACHE_MAX = 1_000_000

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from fabricd.model import Inputs, Kind, Reading, Sample, Status, reads
+from fabricd.scrape_rows import BUILD, SHARE
 
 # One stored raw point as ingest writes it and the stream and latest values keep it in memory:
 # series_id, ts, value, rate, status, since (a plain tuple: tens of thousands a second).
@@ -60,10 +61,13 @@ class Committed:
     rows: Sequence[PointRow]
     last_point_id: int
     series: Sequence[SeriesRow] = ()  # the series this batch created
+    sids: tuple[int, ...] = ()  # the rows' series ids, in order (empty: not given)
+    ts: float | None = None  # the event time of every row, when the batch is one scrape (None: unknown)
 
 
-# How a ``Keep`` reads a series' points (the third item of its entries).
-SKIP, BUILD, SHARE = 0, 1, 2  # left out; a Reading per point; the series' identity as the reading
+# How a ``Keep`` reads a series' points (the third item of its entries): left out; a Reading per
+# point; the series' identity as the reading (``fabricd.scrape_rows``).
+SKIP = 0
 
 
 class Keep:
@@ -107,7 +111,7 @@ class Delivery(NamedTuple):
     (each once, in order), so settlement still sees a scrape whose samples were all left out."""
 
     node: str
-    samples: list[Sample]
+    samples: Sequence[Sample]  # a list, or one scrape's stored rows (``fabricd.scrape_rows.ScrapeRows``)
     rows: int = -1  # points read, left-out ones included; -1: len(samples)
     stamps: Sequence[float] | None = None  # None: the samples' own times
 

@@ -22,12 +22,21 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from fabricd.model import Reading, Sample, Status
+from fabricd.scrape_rows import Layout, ScrapeRows
 from fabricd.server.store.identities import Identities, Identity
 from fabricd.server.store.records import KEEP_MAX, SHARE, STATUSES, Committed, Delivery, Keep, PointRow
 from fabricd.server.store.sql import Database
 
-# One batch's points as the tail keeps them: its node (as the writer named it) and its rows.
-Chunk = tuple[str, Sequence[PointRow]]
+
+class Chunk(NamedTuple):
+    """One batch's points as the tail keeps them (all of them, or the part a read took)."""
+
+    node: str  # as the writer named it
+    rows: Sequence[PointRow]
+    sids: tuple[int, ...]  # the rows' series ids, in order (the writer's: ``Committed.sids``)
+    ts: float | None  # the event time of every row, when the batch is one scrape (None: unknown)
+
+
 _SID, _TS = itemgetter(0), itemgetter(1)
 # Points the tail keeps: ~100 bytes each, so ~10 MB; a detection loop reading 20,000 points a step
 # stays served from memory unless it falls five steps behind.
@@ -54,7 +63,7 @@ class Stream:
         chunks, upto = served
         idents = _Unknown(self.identities, chunks, keep)
         if keep is None:
-            return deliveries([row for _node, rows in chunks for row in rows], idents), upto
+            return deliveries([row for c in chunks for row in c.rows], idents), upto
         return planned(chunks, idents, keep), upto
 
     def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
@@ -123,30 +132,31 @@ class Plan(NamedTuple):
 
     sids: tuple[int, ...]
     owner: str
-    kept: tuple[int, ...]  # row indices
-    entries: tuple[tuple[Reading, int], ...]  # identity and how, for each kept row
+    layout: Layout
 
 
 def planned(chunks: Sequence[Chunk], idents: Mapping[int, Identity], keep: Keep) -> list[Delivery]:
     """``deliveries`` of the tail's batches, through each node's ``Plan``: the same samples and
     deliveries, without a lookup for every point (two thirds of a scrape is left out by the
-    detection loop's ``Keep``: docs/storage.md, "Detection reads a plan per node")."""
+    detection loop's ``Keep``: docs/storage.md, "Detection reads a plan per node"). A batch of one
+    scrape is handed on as its rows (``ScrapeRows``): no sample is built unless a consumer asks."""
     out: list[Delivery] = []
     plans = keep.plans
-    for node, rows in chunks:
-        sids = tuple(map(_SID, rows))
+    for node, rows, sids, one_ts in chunks:
         plan = plans.get(node)
         if plan is None or plan.sids != sids:
-            plan = _plan(sids, idents, keep)
+            held, plan = plan, _plan(sids, idents, keep)
             if plan is None:  # series of several nodes, or one that does not exist: point by point
                 for d in deliveries(rows, idents, keep):
                     _join(out, d)
                 continue
             if len(plans) >= KEEP_MAX:
                 plans.clear()
-            plans[node] = plan
-        stamps = [ts for ts, _ in groupby(map(_TS, rows))]
-        _join(out, Delivery(plan.owner, _samples(plan, rows), len(rows), stamps))
+            if held is None or not _part_of(sids, held.sids):  # a read's first or last batch, cut
+                plans[node] = plan
+        stamps = [one_ts] if one_ts is not None else [ts for ts, _ in groupby(map(_TS, rows))]
+        samples = ScrapeRows(plan.layout, rows, stamps[0]) if len(stamps) == 1 else _samples(plan.layout, rows)
+        _join(out, Delivery(plan.owner, samples, len(rows), stamps))
     return out
 
 
@@ -163,21 +173,18 @@ def _plan(sids: tuple[int, ...], idents: Mapping[int, Identity], keep: Keep) -> 
         if seen[2]:
             kept.append(i)
             entries.append((seen[1], seen[2]))
-    return Plan(sids, owner, tuple(kept), tuple(entries)) if owner is not None else None
+    return Plan(sids, owner, Layout(tuple(kept), tuple(entries))) if owner is not None else None
 
 
-def _samples(plan: Plan, rows: Sequence[PointRow]) -> list[Sample]:
-    out: list[Sample] = []
-    append, statuses = out.append, STATUSES
-    for i, (b, how) in zip(plan.kept, plan.entries, strict=True):
-        _sid, ts, value, rate, status, since = rows[i]
-        st = statuses.get(status) or Status(status)
-        if how == SHARE:
-            append(Sample(ts, b, rate, st, since))
-        else:
-            r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
-            append(Sample(ts, r, rate, st, since))
-    return out
+def _part_of(sids: tuple[int, ...], whole: tuple[int, ...]) -> bool:
+    """Whether ``sids`` are the first or the last part of ``whole``: a batch a read cut (a read
+    takes at most ``limit`` points), whose plan must not replace the whole batch's."""
+    n = len(sids)
+    return n < len(whole) and (whole[:n] == sids or whole[-n:] == sids)
+
+
+def _samples(layout: Layout, rows: Sequence[PointRow]) -> list[Sample]:
+    return ScrapeRows(layout, rows, 0.0).samples()  # several scrapes: the samples carry their own times
 
 
 def _join(out: list[Delivery], d: Delivery) -> None:
@@ -186,10 +193,11 @@ def _join(out: list[Delivery], d: Delivery) -> None:
         out.append(d)
         return
     last = out[-1]
-    last.samples.extend(d.samples)
+    samples = last.samples if isinstance(last.samples, list) else list(last.samples)
+    samples.extend(d.samples)
     stamps = list(last.stamps or ())
     stamps.extend(d.stamps[1:] if stamps and d.stamps and d.stamps[0] == stamps[-1] else (d.stamps or ()))
-    out[-1] = last._replace(rows=last.read + d.read, stamps=stamps)
+    out[-1] = last._replace(samples=samples, rows=last.read + d.read, stamps=stamps)
 
 
 class _Unknown(Mapping[int, Identity]):
@@ -204,12 +212,15 @@ class _Unknown(Mapping[int, Identity]):
     def _load(self) -> Mapping[int, Identity]:
         if self._found is None:
             known = self._keep.known if self._keep is not None else {}
-            wanted = {sid for _node, rows in self._chunks for sid, *_ in rows if sid not in known}
+            wanted = {sid for c in self._chunks for sid in c.sids if sid not in known}
             self._found = self._identities.of(wanted)
         return self._found
 
     def __getitem__(self, sid: int) -> Identity:
         return self._load()[sid]
+
+    def get(self, sid: int, default: Any = None) -> Any:  # Mapping.get's try/except, a call less
+        return self._load().get(sid, default)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._load())
@@ -233,7 +244,7 @@ class _Tail:
 
     def __init__(self, max_points: int) -> None:
         self._lock = threading.Lock()
-        self._entries: deque[tuple[int, int, str, Sequence[PointRow]]] = deque()  # first id, last id, node, rows
+        self._entries: deque[tuple[int, int, Chunk]] = deque()  # first id, last id, the batch
         self._points = 0
         self.floor: int | None = None  # None until the first batch: nothing to answer from yet
         self.max_points = max_points
@@ -244,11 +255,12 @@ class _Tail:
                 first = b.last_point_id - len(b.rows) + 1
                 if self.floor is None:
                     self.floor = first - 1
-                self._entries.append((first, b.last_point_id, b.node, b.rows))
+                sids = b.sids or tuple(map(_SID, b.rows))
+                self._entries.append((first, b.last_point_id, Chunk(b.node, b.rows, sids, b.ts)))
                 self._points += len(b.rows)
             while self._points > self.max_points and len(self._entries) > 1:
-                _first, last, _node, old = self._entries.popleft()
-                self._points -= len(old)
+                _first, last, old = self._entries.popleft()
+                self._points -= len(old.rows)
                 self.floor = last
 
     def newest(self) -> int | None:
@@ -257,21 +269,23 @@ class _Tail:
             return self._entries[-1][1] if self._entries else None
 
     def since(self, cursor: int, limit: int) -> tuple[list[Chunk], int] | None:
-        """(each batch's node and point rows, in id order; the next cursor), or None to read the
-        database."""
+        """(each batch's ``Chunk``, cut to what the read takes, in id order; the next cursor), or
+        None to read the database."""
         with self._lock:
             if self.floor is None or cursor < self.floor:
                 return None
             out: list[Chunk] = []
             upto, taken = cursor, 0
-            for first, last, node, rows in self._entries:
+            for first, last, chunk in self._entries:
                 if last <= cursor:
                     continue
                 skip = max(0, cursor - first + 1)
-                take = rows[skip : skip + limit - taken] if skip or len(rows) > limit - taken else rows
-                out.append((node, take))
-                taken += len(take)
-                upto = first + skip + len(take) - 1
+                if skip or len(chunk.rows) > limit - taken:
+                    end = skip + limit - taken
+                    chunk = chunk._replace(rows=chunk.rows[skip:end], sids=chunk.sids[skip:end])
+                out.append(chunk)
+                taken += len(chunk.rows)
+                upto = first + skip + len(chunk.rows) - 1
                 if taken >= limit:
                     break
             return out, upto

@@ -9,23 +9,28 @@ nothing of either.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from fabricd.model import Batch, CollectorHealth, Labels, Reading, Sample
+from fabricd.model import Batch, Reading
+from fabricd.server.store.batchrows import (
+    IdentityKey,
+    SeriesKey,
+    alias,
+    health_rows,
+    labels_of_json,
+    point_rows,
+    series_ids,
+    series_key,
+)
 from fabricd.server.store.held import HeldConnection
 from fabricd.server.store.protocols import CommitListener
 from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded, SeriesRow
 from fabricd.server.store.sql import Database
 
 log = logging.getLogger("fabricd.server.store")
-SeriesKey = tuple[str, str, str, str, str, str]  # node, source, device, port, counter, labels JSON
-IdentityKey = tuple[str, str, str, str, Labels]  # source, device, port, counter, labels: one node's series
 
 
 class GroupCommitWriter:
@@ -128,7 +133,7 @@ class GroupCommitWriter:
 
     def _committed(self, jobs: list[_Job], grown: dict[str, _NodeSeries]) -> None:
         self._series.update(grown)
-        self._announce([Committed(j.batch.node, j.rows, j.last_point_id, j.series) for j in jobs if j.rows])
+        self._announce([_announced(j) for j in jobs if j.rows])
 
     def _announce(self, batches: list[Committed]) -> None:
         if not batches:
@@ -170,17 +175,18 @@ class GroupCommitWriter:
         if cur.rowcount == 0:  # the unique (node, batch id): a retry of a stored batch
             return IngestResult(batch.batch_id, 0, True), None, []
         if batch.health:
-            cur.executemany(sql.upsert_health, _health_rows(batch.node, batch.health))
+            cur.executemany(sql.upsert_health, health_rows(batch.node, batch.health))
         known = grown.get(batch.node) or self._known_series(cur, batch.node)
-        sids = _series_ids(batch.samples, known.ids)
+        sids = series_ids(batch.samples, known.ids)
         added = None
         if None in sids:
             added = self._add_series(cur, job, sids, known)
-            sids = _series_ids(batch.samples, added.ids)
+            sids = series_ids(batch.samples, added.ids)
         rows: list[PointRow] = []
         if batch.samples:
-            rows = _point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
+            rows = point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
             sql.insert_points.run(cur, rows)
+            job.sids = tuple(cast(list[int], sids))
         new = added.count - known.count if added is not None else 0
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
@@ -204,7 +210,7 @@ class GroupCommitWriter:
         batch = job.batch
         fresh: dict[SeriesKey, Reading] = {}
         for sid, s in zip(sids, batch.samples, strict=True):
-            if sid is None and not _alias(known.ids, s.reading):
+            if sid is None and not alias(known.ids, s.reading):
                 fresh.setdefault(series_key(batch.node, s.reading), s.reading)
         if not fresh:
             return known
@@ -237,6 +243,7 @@ class _Job:
     rows: list[PointRow] = field(default_factory=list)  # the stored points, for the listeners
     last_point_id: int = 0  # id of the batch's last point (its points' ids are consecutive)
     series: list[SeriesRow] = field(default_factory=list)  # the series it created, with their ids
+    sids: tuple[int, ...] = ()  # the rows' series ids
 
 
 @dataclass(slots=True)
@@ -250,51 +257,9 @@ class _NodeSeries:
     count: int
 
 
-@functools.lru_cache(maxsize=65_536)
-def labels_json(labels: tuple[tuple[str, str], ...]) -> str:
-    """Canonical JSON of a label tuple (cached: a fleet has few distinct label sets)."""
-    return json.dumps(dict(labels), sort_keys=True, separators=(",", ":")) if labels else "{}"
-
-
-def labels_of_json(text: str) -> Labels:
-    return tuple(sorted(json.loads(text).items())) if text != "{}" else ()
-
-
-def series_key(node: str, r: Reading) -> SeriesKey:
-    return (node, r.source, r.device, r.port, r.counter, labels_json(r.labels))
-
-
-# ---- the hot loops: module level, so they avoid attribute lookups on self -------------------------
-
-
-def _alias(ids: dict[IdentityKey, int], r: Reading) -> bool:
-    """Map an unsorted (or repeated-key) label tuple to its stored series, if there is one."""
-    canonical = tuple(sorted(dict(r.labels).items()))
-    sid = ids.get((r.source, r.device, r.port, r.counter, canonical))
-    if sid is None:
-        return False
-    ids[(r.source, r.device, r.port, r.counter, r.labels)] = sid
-    return True
-
-
-def _series_ids(samples: Sequence[Sample], ids: dict[IdentityKey, int]) -> list[int | None]:
-    get = ids.get
-    return [get((r.source, r.device, r.port, r.counter, r.labels)) for s in samples for r in [s.reading]]
-
-
-def _point_rows(samples: Sequence[Sample], sids: list[int]) -> list[PointRow]:
-    # ``_value_``: the enum's plain str (``.value`` is a descriptor call, several times slower).
-    return [
-        (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since) for sid, s in zip(sids, samples, strict=True)
-    ]
-
-
-def _health_rows(node: str, health: Sequence[CollectorHealth]) -> list[tuple[Any, ...]]:
-    """One row per collector: its newest report in the batch."""
-    latest: dict[str, CollectorHealth] = {}
-    for h in health:
-        if h.collector not in latest or h.ts >= latest[h.collector].ts:
-            latest[h.collector] = h
-    return [
-        (node, h.collector, h.success, h.duration_seconds, h.ts, h.error[:2000], h.readings) for h in latest.values()
-    ]
+def _announced(job: _Job) -> Committed:
+    """What the listeners hear of a stored batch: with its series ids, and its one event time when
+    the batch says it is one scrape (``first_ts == last_ts``, checked by ``wire.decode``)."""
+    b = job.batch
+    one = b.first_ts if b.first_ts is not None and b.first_ts == b.last_ts else None
+    return Committed(b.node, job.rows, job.last_point_id, job.series, job.sids, one)

@@ -1,0 +1,84 @@
+"""One node's scrape as the store keeps it: its stored rows, and which of them a reader keeps.
+
+The detection loop keeps about a third of each scrape (``fabricd.server.store.records.Keep``).
+Building a ``Sample`` for each kept point, and a ``Reading`` for each gauge, only for the engine to
+take them apart again was a third of the detection loop's CPU a sample, and most of the objects
+its garbage collections walked (docs/storage.md, "Detection reads stored rows"). A ``ScrapeRows``
+is a ``Sequence[Sample]``: a consumer that iterates it gets exactly the samples a list would hold,
+built on first use; the detection engine reads the rows through the ``Layout`` instead
+(``fabricd.detect.absorb``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from fabricd.model import Reading, Sample, Status
+
+# One stored raw point: series_id, ts, value, rate, status, since (``records.PointRow``).
+Row = tuple[int, float, float, "float | None", str, "float | None"]
+# How a reader reads a kept series' points: a ``Reading`` per point (its value), or the series'
+# identity shared as the reading (a counter whose rate alone is read: value 0.0).
+BUILD, SHARE = 1, 2
+VALUE, RATE = 2, 3  # a row's columns
+_STATUSES: dict[str, Status] = {st.value: st for st in Status}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Layout:
+    """Which rows of a node's batch are kept, in order, each with its series' identity and how it
+    is read. Compared by identity: a reader makes one per node and batch shape and reuses it, so a
+    consumer may cache what it derives from one (``fabricd.detect.absorb``)."""
+
+    kept: tuple[int, ...]  # row indices
+    entries: tuple[tuple[Reading, int], ...]  # (identity, BUILD | SHARE) for each kept row
+
+
+class ScrapeRows(Sequence[Sample]):
+    """The kept samples of one scrape (every row at event time ``ts``) of one node's batch."""
+
+    __slots__ = ("_built", "layout", "rows", "ts")
+
+    def __init__(self, layout: Layout, rows: Sequence[Row], ts: float) -> None:
+        self.layout, self.rows, self.ts = layout, rows, ts
+        self._built: list[Sample] | None = None
+
+    def samples(self) -> list[Sample]:
+        """The samples, as ``stream.deliveries`` builds them (once)."""
+        if self._built is None:
+            self._built = _build(self.layout, self.rows)
+        return self._built
+
+    def __len__(self) -> int:
+        return len(self.layout.kept)
+
+    @overload
+    def __getitem__(self, i: int) -> Sample: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Sample]: ...
+
+    def __getitem__(self, i: int | slice) -> Sample | list[Sample]:
+        return self.samples()[i]
+
+    def __iter__(self) -> Iterator[Sample]:
+        return iter(self.samples())
+
+    def __repr__(self) -> str:
+        return f"ScrapeRows(ts={self.ts}, kept={len(self)} of {len(self.rows)})"
+
+
+def _build(layout: Layout, rows: Sequence[Row]) -> list[Sample]:
+    out: list[Sample] = []
+    append, statuses = out.append, _STATUSES
+    for i, (b, how) in zip(layout.kept, layout.entries, strict=True):
+        _sid, ts, value, rate, status, since = rows[i]
+        st = statuses.get(status) or Status(status)
+        if how == SHARE:
+            append(Sample(ts, b, rate, st, since))
+        else:
+            r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
+            append(Sample(ts, r, rate, st, since))
+    return out
