@@ -984,8 +984,9 @@ def write_docs(
     rows: list[Row], info: dict[str, str], doc: Path = REPO / "docs" / "benchmarks.md", only: list[str] | None = None
 ) -> None:
     """The table after ``<!-- bench:start -->``, with the run's machine and commit. A run of some
-    sections (``only``) replaces just their rows, in place, each tagged with its commit and date,
-    and adds a line to the run note: the other sections' rows stay as their own runs left them."""
+    sections (``only``) replaces just their rows, and the rows of any section it measured besides
+    (``replica`` measures ``bus`` rows too), in place, each tagged with its commit and date, and
+    adds a line to the run note: the other sections' rows stay as their own runs left them."""
     text = doc.read_text() if doc.exists() else "# Benchmarks\n\n"
     head, marker, old = text.partition("<!-- bench:start -->")
     run = f"{info['date']}, commit `{info['commit']}`, {info['cpu']} ({info['cores']} cores), Python {info['python']}"
@@ -997,10 +998,11 @@ def write_docs(
     tagged = [{**r, "note": f"{r['note']} (`{info['commit']}`, {info['date']})".strip()} for r in rows]
     fresh = table(tagged).split("\n")
     header, by_section = fresh[:2], _rows_by_section(fresh[2:])
+    replaced = set(only) | set(by_section)
     merged: list[str] = []
     for line in (line for line in lines if line.startswith("| ") and not line.startswith("| section |")):
         section = line.split("|")[1].strip()
-        if section not in only:
+        if section not in replaced:
             merged.append(line)
         elif section in by_section:  # the first old row of a section run again: its new rows here
             merged.extend(by_section.pop(section))
