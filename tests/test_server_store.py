@@ -940,3 +940,29 @@ def test_a_read_that_cuts_a_batch_keeps_the_nodes_whole_plan_and_hands_scrapes_a
             assert [(d.node, [(s.ts, s.rate) for s in d.samples], d.read, d.stamps) for d in mine[0]] == [
                 (d.node, [(s.ts, s.rate) for s in d.samples], d.read, d.stamps) for d in theirs[0]
             ], (cursor, limit)
+
+
+def test_the_stream_reads_many_points_in_the_drivers_binary_protocol_with_the_same_values(store: Storage) -> None:
+    """The database path of the stream (a loop behind the tail, the correlator's partitions) reads
+    its points with ``Database.fetch``: on PostgreSQL in the binary protocol, where psycopg loads a
+    float8 from its bytes instead of parsing text (0.86 -> 0.34-0.41 µs of client CPU a point). The
+    values are the ones the text protocol gives: floats to the last bit, NULLs, the status text."""
+    samples = [
+        ib_sample(T0 + 0.1, rate=1 / 3, value=2.0**53 + 1),
+        ib_sample(T0 + 0.1, device="mlx5_1", rate=None, value=-0.0),
+        ib_sample(T0 + 0.1, device="mlx5_2", rate=5e-324, value=1e308),
+    ]
+    store.writer.ingest(make_batch("n1", "b", samples), T0, 100)
+    database = store.stream.db
+    with database.cursor() as cur:
+        fetched = database.fetch(cur, database.sql.read_points, (0, 100))
+        binary = cur.pgresult.fformat(2) if hasattr(cur, "pgresult") else None
+        cur.execute(database.sql.read_points, (0, 100))
+        as_text = cur.fetchall()
+    assert [tuple(r) for r in fetched] == [tuple(r) for r in as_text]
+    assert [(r[3], r[4], r[5]) for r in fetched] == [
+        (2.0**53, 1 / 3, "ok"),
+        (0.0, None, "first"),
+        (1e308, 5e-324, "ok"),
+    ]
+    assert binary == (1 if store.engine.dialect.name == "postgresql" else None)

@@ -110,8 +110,7 @@ class PartitionedStream:
         if not nodes or after >= end:
             return [], after
         with self.db.cursor() as cur:
-            cur.execute(_READ, (nodes, after, end, limit))
-            rows = cur.fetchall()
+            rows = self.db.fetch(cur, _READ, (nodes, after, end, limit))
             idents = self.identities.load(cur, {row[1] for row in rows})
         upto = rows[-1][0] if rows else after
         return deliveries([row[1:] for row in rows], idents, keep), upto

@@ -77,4 +77,5 @@ STATEMENTS = statements(
     f"{UPSERT_NODE.format(rows='SELECT %s, %s, %s, %s, %s, 1, %s WHERE EXISTS (SELECT 1 FROM claimed)')}",
     series_identity=_series_identity,
     serial_writes=False,
+    binary_reads=True,
 )

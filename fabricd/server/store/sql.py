@@ -55,6 +55,9 @@ class Statements:
     # SQLite has one writer: a write beside ingest (latest values, a reader's cursor) takes the write
     # lock; PostgreSQL runs it beside ingest.
     serial_writes: bool
+    # Reads of many points in the binary protocol (``Database.fetch``): psycopg then loads a float8
+    # from its 8 bytes instead of parsing its text, 0.86 -> 0.34-0.41 µs of client CPU a point read.
+    binary_reads: bool = False
 
 
 def statements(
@@ -67,6 +70,7 @@ def statements(
     claim_and_upsert_node: str | None,
     series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]],
     serial_writes: bool,
+    binary_reads: bool = False,
 ) -> Statements:
     """The common statement texts with placeholder ``m``, plus the dialect's own parts."""
 
@@ -98,6 +102,7 @@ def statements(
         replay_latest="SELECT s.node, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
         f"JOIN series s ON s.id = p.series_id WHERE p.id > {m} AND p.step = 0.0 ORDER BY p.id",
         serial_writes=serial_writes,
+        binary_reads=binary_reads,
     )
 
 
@@ -167,6 +172,16 @@ class Database:
                 yield cur
             finally:
                 cur.close()
+
+    def fetch(self, cur: Any, statement: str, params: Sequence[Any]) -> list[Any]:
+        """Every row of a read of many rows (the stream's points), in the binary protocol where the
+        driver has one (``Statements.binary_reads``): the same Python values either way."""
+        if self.sql.binary_reads:
+            cur.execute(statement, params, binary=True)
+        else:
+            cur.execute(statement, params)
+        rows: list[Any] = cur.fetchall()
+        return rows
 
     def side_write_lock(self) -> contextlib.AbstractContextManager[Any]:
         """What a write beside ingest (latest values, a reader's cursor) holds: the write lock where

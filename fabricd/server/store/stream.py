@@ -68,8 +68,7 @@ class Stream:
 
     def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
         with self.db.cursor() as cur:
-            cur.execute(self.db.sql.read_points, (cursor, limit))
-            found = cur.fetchall()
+            found = self.db.fetch(cur, self.db.sql.read_points, (cursor, limit))
             idents = self.identities.load(cur, {row[1] for row in found})
         upto = found[-1][0] if found else cursor
         return deliveries([row[1:] for row in found], idents, keep), upto
