@@ -26,11 +26,11 @@ VALUE, RATE = 2, 3  # a row's columns
 _STATUSES: dict[str, Status] = {st.value: st for st in Status}
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Layout:
     """Which rows of a node's batch are kept, in order, each with its series' identity and how it
     is read. Compared by identity: a reader makes one per node and batch shape and reuses it, so a
-    consumer may cache what it derives from one (``fabricd.detect.absorb``)."""
+    consumer may cache what it derives from one while it lives (``fabricd.detect.absorb``)."""
 
     kept: tuple[int, ...]  # row indices
     entries: tuple[tuple[Reading, int], ...]  # (identity, BUILD | SHARE) for each kept row

@@ -3,6 +3,7 @@ against its intake of the same samples one by one (``DetectionEngine._absorb``).
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from fabricd.detect.absorb import Programs, compile_layout
@@ -110,3 +111,18 @@ def test_a_layouts_program_is_made_once_and_keeps_the_rows_order() -> None:
     ]
     assert program.hosts == ((("host", "a"),), (("host", "b"),))
     assert compile_layout(Layout((), ()), WANTED, RUN_HOST) == ((), ())
+
+
+def test_a_layouts_program_lives_as_long_as_the_layout() -> None:
+    """The reader keeps one layout per node; every read's cut batches make layouts that live only
+    as long as their scrapes. Their programs go with them (held strongly, two a read piled up)."""
+    programs = Programs(WANTED, RUN_HOST)
+    kept = _stored(SCRAPE, TS).layout
+    program = programs.of(kept)
+    for k in range(100):  # a read's cut batches, each with a layout of its own
+        programs.of(_stored(SCRAPE[: k % 7 + 1], TS + k).layout)
+    gc.collect()
+    assert len(programs) == 1 and programs.of(kept) is program
+    del kept
+    gc.collect()
+    assert len(programs) == 0

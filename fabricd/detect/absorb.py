@@ -13,15 +13,12 @@ compare the two.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from fabricd.model import Kind, Labels
 from fabricd.scrape_rows import RATE, VALUE, Layout, ScrapeRows
-
-# Layouts whose program an engine remembers: one per node and batch shape (a fleet of 12,500
-# nodes has as many); past this, the cache starts over (a program costs ~1 µs a kept row to make).
-PROGRAMS_MAX = 50_000
 
 # The values of one (port, labels) scope: (row index, metric, column) for each kept row.
 Scope = tuple[tuple[str, Labels], tuple[tuple[int, str, int], ...]]
@@ -74,19 +71,23 @@ def compile_layout(layout: Layout, wanted: Mapping[str, Collection[str]], run_ho
 
 
 class Programs:
-    """An engine's programs, by layout (made on first use; see ``PROGRAMS_MAX``)."""
+    """An engine's programs, by layout, made on first use and kept while the layout lives: the
+    reader keeps one layout per node (its ``Plan``) and drops it when the node's batches change; a
+    read's cut batches make layouts that live only as long as their scrapes. Held strongly, the
+    programs of those grew by two a read (a gigabyte in a day at 50,000)."""
 
     def __init__(self, wanted: Mapping[str, Collection[str]], run_host: str) -> None:
         self.wanted, self.run_host = wanted, run_host
-        self._by_layout: dict[Layout, Program] = {}
+        self._by_layout: weakref.WeakKeyDictionary[Layout, Program] = weakref.WeakKeyDictionary()
 
     def of(self, layout: Layout) -> Program:
         program = self._by_layout.get(layout)
         if program is None:
-            if len(self._by_layout) >= PROGRAMS_MAX:
-                self._by_layout.clear()
             program = self._by_layout[layout] = compile_layout(layout, self.wanted, self.run_host)
         return program
+
+    def __len__(self) -> int:
+        return len(self._by_layout)
 
 
 def absorb_rows(program: Program, node: str, scrape: ScrapeRows, record: RecordOf, run_host: RunHost) -> None:
