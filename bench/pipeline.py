@@ -2,8 +2,9 @@
 
 The service's own functions on the bench's fleet: ``ingest.decode`` (gunzip, msgpack, the typed
 rows, the limits), ``GroupCommitWriter.ingest`` (one transaction per batch), and the detection
-loop's work (``Stream.read`` from the tail, keeping only the detectors' inputs, then settlement and
-``DetectionEngine`` through ``EngineFeed``), each timed with ``time.thread_time`` (this thread's CPU: the other helpers' load
+loop's work (``Stream.read`` from the tail, keeping only the detectors' inputs, then the service's
+detector stack: job attribution, rank stragglers, settlement and ``DetectionEngine`` through
+``EngineDetector``, as ``fabricd.server.app`` builds it), each timed with ``time.thread_time`` (this thread's CPU: the other helpers' load
 on the machine moves it far less than wall time). The samples carry real counter names (the IBA
 PortCounters and mlx5 hw_counters tables) so the detection rules do their real work. The sum is
 what one core pays per sample; 1e6 / sum is the samples/s one replica's core could do, HTTP and
@@ -73,18 +74,20 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     """CPU µs per sample of each stage, one run on a fresh database at ``url``; ``detect_steady``
     is the detect stage over the scrapes after the first ``LEARNING_SCRAPES`` of every node."""
     from fabricd import gctune
-    from fabricd.detect.engine import DetectionEngine
     from fabricd.server import db
-    from fabricd.server.detection import EngineFeed, keep_for
+    from fabricd.server.detection import EngineDetector, keep_for
     from fabricd.server.ingest import Body, decode
+    from fabricd.server.jobattribution import JobAttribution
+    from fabricd.server.rankstragglers import RankStragglerDetector
     from fabricd.server.store.storage import Storage
-    from fabricd.settings import LimitSettings
+    from fabricd.settings import LimitSettings, ServerSettings
 
     engine = db.make_engine(url)
     db.prepare(engine)
     store = Storage.open(engine, stream_tail_points=100_000)
     store.maintenance.prepare(time.time())
-    feed = EngineFeed(DetectionEngine())
+    engine_detector = EngineDetector(ServerSettings(), store.topology)
+    feed = JobAttribution(RankStragglerDetector(engine_detector), store.jobs, store.topology)
     feed.expect({b.node for b in batches}, time.time())
     keep = keep_for(feed)  # as the detection loop reads: only what the detectors use
     limits = LimitSettings()

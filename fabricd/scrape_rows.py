@@ -12,7 +12,7 @@ built on first use; the detection engine reads the rows through the ``Layout`` i
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import overload
 
 from fabricd.model import Reading, Sample, Status
@@ -34,6 +34,11 @@ class Layout:
 
     kept: tuple[int, ...]  # row indices
     entries: tuple[tuple[Reading, int], ...]  # (identity, BUILD | SHARE) for each kept row
+    # the kept series' sources: a consumer of one source skips a scrape without building its samples
+    sources: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", frozenset(b.source for b, _how in self.entries))
 
 
 class ScrapeRows(Sequence[Sample]):

@@ -16,7 +16,8 @@ from collectors.inspector import InspectorCollector
 from fabricd.collector import build
 from fabricd.detect.ranks import RankStragglers, RankTime, SlowRank
 from fabricd.inspector_parse import CollRecord, job_of_folder, message_size, parse_jsonl, parse_prom
-from fabricd.model import Incident, Reading, Sample
+from fabricd.model import Incident, Kind, Reading, Sample
+from fabricd.scrape_rows import BUILD, Layout, ScrapeRows
 from fabricd.server.rankstragglers import RankStragglerDetector
 from fabricd.server.store.records import Delivery
 from tests.helpers import CASES
@@ -194,3 +195,59 @@ def test_straggler_incidents_open_and_resolve_on_inspector_samples(tmp_path: Pat
     )
     (resolved,) = det.deliver(dump(160.0, 0.062), 160.0, True)
     assert (resolved.key, resolved.state.value, resolved.resolved_ts) == (inc.key, "resolved", 160.0)
+
+
+class _Untouched:
+    """An inner detector that looks at no sample (what the rank detector itself reads is tested)."""
+
+    rates_only = True
+
+    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+        return []
+
+
+def _as_rows(readings: Sequence[Reading], ts: float) -> ScrapeRows:
+    """A scrape as the detection loop's stream hands it on: its stored rows and their layout."""
+    rows = [(i + 1, ts, r.value, None, "ok", None) for i, r in enumerate(readings)]
+    layout = Layout(tuple(range(len(readings))), tuple((r, BUILD) for r in readings))
+    return ScrapeRows(layout, rows, ts)
+
+
+def test_stored_scrapes_without_inspector_series_are_not_built_into_samples() -> None:
+    """The rank detector wraps the engine in the service and looked at every sample of every
+    delivery, building the samples of each stored scrape that the detection loop hands on as rows
+    (``fabricd.scrape_rows``). It now opens only scrapes with Inspector series, and still judges
+    their ranks; the detector stack keeps the engine's rates-only read (``keep_for``)."""
+    from collectors.inspector import record_readings
+    from fabricd.detect.engine import DetectionEngine
+    from fabricd.server.detection import EngineFeed, keep_for
+    from fabricd.server.jobattribution import JobAttribution
+
+    det = RankStragglerDetector(_Untouched())  # type: ignore[arg-type]
+    counters = [Reading("infiniband", "mlx5_0", "1", "port_xmit_data", 0.0, "bytes", Kind.COUNTER, ())]
+    records = parse_prom(PROM.read_text()).records
+    for ts, slow in ((100.0, 0.13195), (130.0, 0.13195)):
+        ib = _as_rows(counters, ts)
+        timed = [
+            Delivery(
+                f"node-{r.rank}",
+                _as_rows(
+                    record_readings(
+                        dataclasses.replace(r, exec_time_seconds=slow if r.rank == 3 else r.exec_time_seconds)
+                    ),
+                    ts,
+                ),
+            )
+            for r in records
+        ]
+        got = det.deliver([Delivery("node-9", ib), *timed], ts, True)
+        assert ib._built is None
+    assert [(i.kind.value, i.element) for i in got] == [("straggler", "node-3")]
+    stack = JobAttribution(RankStragglerDetector(EngineFeed(DetectionEngine())), None, None)  # type: ignore[arg-type]
+    keep = keep_for(stack)
+    assert (
+        keep is not None
+        and keep.rates_only
+        and keep.inputs is not None
+        and "exec_time_seconds" in keep.inputs["inspector"]
+    )

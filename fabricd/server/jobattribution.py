@@ -49,6 +49,11 @@ class JobAttribution:
         current = getattr(self.inner, "incidents", None)
         return list(current()) if current is not None else []
 
+    @property
+    def rates_only(self) -> bool:
+        """The inner detector's (``detection.keep_for``): attribution reads no sample."""
+        return bool(getattr(self.inner, "rates_only", False))
+
     def inputs(self) -> Inputs | None:
         inner = getattr(self.inner, "inputs", None)
         return inner() if inner is not None else None

@@ -13,12 +13,20 @@ from collections.abc import Iterable, Sequence
 from fabricd.detect.ranks import RankStragglers, RankTime, SlowRank
 from fabricd.detect.settle import SettlementState
 from fabricd.model import Evidence, Incident, IncidentKind, IncidentState, Inputs, Sample, Severity, labels_of
+from fabricd.scrape_rows import ScrapeRows
 from fabricd.server.detection import Detector
 from fabricd.server.store.records import Delivery
 
 SOURCE = "inspector"
 EXEC_TIME = "exec_time_seconds"  # a rank's time in one collective (collectors/inspector.py)
 SIGNAL = "rank_exec_time_ratio"
+
+
+def _may_time(samples: Sequence[Sample]) -> bool:
+    """Whether ``samples`` may hold Inspector times: a stored scrape is iterated (which builds its
+    samples, what the detection loop's reading as rows saves: ``fabricd.scrape_rows``) only if it
+    has series of that source."""
+    return not isinstance(samples, ScrapeRows) or SOURCE in samples.layout.sources
 
 
 class RankStragglerDetector:
@@ -43,6 +51,12 @@ class RankStragglerDetector:
         current = getattr(self.inner, "incidents", None)
         return [*(current() if current is not None else []), *self.open.values()]
 
+    @property
+    def rates_only(self) -> bool:
+        """The inner detector's (``detection.keep_for``): the Inspector's times are gauges, whose
+        values a rates-only read still carries."""
+        return bool(getattr(self.inner, "rates_only", False))
+
     def inputs(self) -> Inputs | None:
         """The inner detector's inputs and the Inspector's execution times (None: everything)."""
         inner = getattr(self.inner, "inputs", None)
@@ -55,7 +69,7 @@ class RankStragglerDetector:
         """The inner detector settles its share; Inspector dumps are judged as they arrive (each
         dump holds every rank of a communicator at once: there is nothing to wait for)."""
         out = self.inner.deliver(deliveries, now, whole)
-        return out + self._ranks([(d.node, s) for d in deliveries for s in d.samples])
+        return out + self._ranks([(d.node, s) for d in deliveries if _may_time(d.samples) for s in d.samples])
 
     def _ranks(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:
         out: list[Incident] = []
