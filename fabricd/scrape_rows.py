@@ -2,8 +2,8 @@
 
 The detection loop keeps about a third of each scrape (``fabricd.server.store.records.Keep``).
 Building a ``Sample`` for each kept point, and a ``Reading`` for each gauge, only for the engine to
-take them apart again was a third of the detection loop's CPU a sample, and most of the objects
-its garbage collections walked (docs/storage.md, "Detection reads stored rows"). A ``ScrapeRows``
+take them apart again, sample by sample, was about half of the detection loop's CPU a sample, with
+most of the objects its garbage collections walked (docs/storage.md, "Detection reads stored rows"). A ``ScrapeRows``
 is a ``Sequence[Sample]``: a consumer that iterates it gets exactly the samples a list would hold,
 built on first use; the detection engine reads the rows through the ``Layout`` instead
 (``fabricd.detect.absorb``).
@@ -18,7 +18,7 @@ from typing import overload
 from fabricd.model import Reading, Sample, Status
 
 # One stored raw point: series_id, ts, value, rate, status, since (``records.PointRow``).
-Row = tuple[int, float, float, "float | None", str, "float | None"]
+Row = tuple[int, float, float, float | None, str, float | None]
 # How a reader reads a kept series' points: a ``Reading`` per point (its value), or the series'
 # identity shared as the reading (a counter whose rate alone is read: value 0.0).
 BUILD, SHARE = 1, 2
