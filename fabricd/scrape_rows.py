@@ -17,13 +17,14 @@ from typing import overload
 
 from fabricd.model import Reading, Sample, Status
 
-# One stored raw point: series_id, ts, value, rate, status, since (``records.PointRow``).
+# One stored raw point: series_id, ts, value, rate, status, since (the store's ``PointRow``).
 Row = tuple[int, float, float, float | None, str, float | None]
 # How a reader reads a kept series' points: a ``Reading`` per point (its value), or the series'
 # identity shared as the reading (a counter whose rate alone is read: value 0.0).
 BUILD, SHARE = 1, 2
 VALUE, RATE = 2, 3  # a row's columns
-_STATUSES: dict[str, Status] = {st.value: st for st in Status}
+# Status by its stored text: a dict hit instead of ``Status(text)``'s EnumType.__call__.
+STATUSES: dict[str, Status] = {st.value: st for st in Status}
 
 
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
@@ -77,7 +78,7 @@ class ScrapeRows(Sequence[Sample]):
 
 def _build(layout: Layout, rows: Sequence[Row]) -> list[Sample]:
     out: list[Sample] = []
-    append, statuses = out.append, _STATUSES
+    append, statuses = out.append, STATUSES
     for i, (b, how) in zip(layout.kept, layout.entries, strict=True):
         _sid, ts, value, rate, status, since = rows[i]
         st = statuses.get(status) or Status(status)

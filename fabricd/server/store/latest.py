@@ -18,8 +18,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
+from fabricd.scrape_rows import STATUSES
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.records import STATUSES, Committed, PointRow
+from fabricd.server.store.records import Committed, PointRow
 from fabricd.server.store.sql import LATEST_CURSOR, Database
 
 

@@ -11,17 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from fabricd.model import Inputs, Kind, Reading, Sample, Status, reads
-from fabricd.scrape_rows import BUILD, SHARE
+from fabricd.model import Inputs, Kind, Reading, Sample, reads
+from fabricd.scrape_rows import BUILD, SHARE, Row
 
-# One stored raw point as ingest writes it and the stream and latest values keep it in memory:
-# series_id, ts, value, rate, status, since (a plain tuple: tens of thousands a second).
-PointRow = tuple[int, float, float, float | None, str, float | None]
+# One stored raw point as ingest writes it and the stream and latest values keep it in memory
+# (a plain tuple: tens of thousands a second).
+PointRow = Row
 # One series as the writer inserted it and ``series_identity`` reads it back: id, node, source,
 # device, port, counter, name, unit, kind, labels JSON.
 SeriesRow = tuple[int, str, str, str, str, str, str, str, str, str]
-# Status by its stored text: a dict hit instead of ``Status(text)``'s EnumType.__call__.
-STATUSES: dict[str, Status] = {st.value: st for st in Status}
 KEEP_MAX = 1_000_000  # series whose choice a ``Keep`` remembers (as many as identities.IDENTITY_CACHE_MAX)
 
 

@@ -22,9 +22,9 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from fabricd.model import Reading, Sample, Status
-from fabricd.scrape_rows import Layout, ScrapeRows
+from fabricd.scrape_rows import STATUSES, Layout, ScrapeRows
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.records import KEEP_MAX, SHARE, STATUSES, Committed, Delivery, Keep, PointRow
+from fabricd.server.store.records import KEEP_MAX, SHARE, Committed, Delivery, Keep, PointRow
 from fabricd.server.store.sql import Database
 
 
