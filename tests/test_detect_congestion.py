@@ -331,6 +331,50 @@ def test_a_pair_faster_than_its_normal_does_not_make_its_probers_other_pairs_slo
     }
 
 
+def _queue_scores(history: Mapping[str, list[float]], now: Mapping[str, float]) -> dict[str, float]:
+    """node-012's rtt_queue_outlier scores for the rtts ``now``, after a baseline of ``history``
+    (each path's rtt_min per scrape, cycled over twelve scrapes)."""
+    delays = DetectionEngine().delays
+    scores: dict[str, float] = {}
+
+    def observe(signal: str, _node: str, peer: str, _dev: str, _labels: object, _ts: float, score: float) -> None:
+        if signal == "rtt_queue_outlier":
+            scores[peer] = score
+
+    for k in range(13):
+        rtts = now if k == 12 else {peer: values[k % len(values)] for peer, values in history.items()}
+        for peer, rtt in rtts.items():
+            delays.add("node-012", peer, (), 1000.0 + 5 * k, rtt, 2 * rtt)
+        delays.flush(observe)
+    return {peer: round(score, 1) for peer, score in scores.items()}
+
+
+US = 1e-6
+QUIET = [235 * US, 245 * US]  # a path with little noise: median 240 us, scale 12 us (5 % of it)
+NOISY = [250 * US, 650 * US, 450 * US]  # a loaded lab's path: median 450 us, scale ~300 us
+PEERS_11 = [f"node-{k:03d}" for k in range(1, 12)]
+
+
+def test_noisy_paths_under_their_median_do_not_lift_the_prober_s_other_paths() -> None:
+    # The routed lab (tests/test_leafspine_lab.py): of a prober's 11 paths, the noisy ones sat
+    # 200-250 us under their medians while the rest sat at theirs; the second lowest taken as the
+    # host's common mode lifted the quiet paths to 15-20 robust sigmas, and a congestion opened on a
+    # healthy leaf. A shift common to the host moves the median path; this one did not move.
+    history = {p: NOISY if k < 4 else QUIET for k, p in enumerate(PEERS_11)}
+    now = {p: 250 * US if k < 4 else 240 * US for k, p in enumerate(PEERS_11)}
+    scores = _queue_scores(history, now)
+    assert all(abs(s) < 1 for s in scores.values()), scores
+
+
+def test_a_host_quieter_than_usual_on_every_path_still_shows_the_one_path_that_is_not() -> None:
+    # The common mode below zero where the median path says so: every path 100 us (8 of its sigmas)
+    # under its median but one, which a queue holds at its normal. That one is slow, the rest not.
+    history = {p: QUIET for p in PEERS_11}
+    now = {p: 140 * US if p != "node-011" else 240 * US for p in PEERS_11}
+    scores = _queue_scores(history, now)
+    assert scores["node-011"] > 6 and all(abs(scores[p]) < 1 for p in PEERS_11[:-1]), scores
+
+
 def _link_pairs_lapse_while_others_are_slow(slow: set[tuple[str, str]]) -> set[str]:
     """The uplink's incident is open; then for three scrapes its pairs read normal (a loaded live
     run: every prober's common mode rose with the load and took the queue's excess with it) while

@@ -174,9 +174,15 @@ async def test_late_replies_count_as_loss_once_and_as_late() -> None:
     assert got["probes_received"] == got["probes_sent"] - responder.delayed
 
 
+# Tests that expect every probe answered give the replies 2 s: the responder runs on the test's own
+# event loop, and a CI host busy with other suites starved that loop (8 probes sent in 0.3 s where
+# 60 were due) long enough that one reply left it later than the 0.25 s default timeout.
+PATIENT = 2.0
+
+
 async def test_duplicated_replies_are_ignored() -> None:
-    server, client = await _pair(_EchoTwice)
-    readings = await _run_and_drain(client, 0.3)
+    server, client = await _pair(_EchoTwice, timeout_seconds=PATIENT)
+    readings = await _run_and_drain(client, 0.3, drain=PATIENT + 0.2)
     await client.close()
     await server.close()
     got = _by_counter(readings, "srv")
@@ -184,8 +190,8 @@ async def test_duplicated_replies_are_ignored() -> None:
 
 
 async def test_rtt_gauges_and_counter_kinds() -> None:
-    server, client = await _pair(ResponderProtocol, shape="rocev2", payload_bytes=64)
-    readings = await _run_and_drain(client, 0.3)
+    server, client = await _pair(ResponderProtocol, shape="rocev2", payload_bytes=64, timeout_seconds=PATIENT)
+    readings = await _run_and_drain(client, 0.3, drain=PATIENT + 0.2)
     await client.close()
     await server.close()
     kinds = {r.counter: (r.kind, r.unit) for r in readings}

@@ -9,8 +9,8 @@ adds ~100-400 us. Two things make the fabric's part readable anyway:
   minimum keeps the hosts' floor and moves little; a standing queue delays even the fastest probe;
 * the *prober's common mode*: every pair a node probes shares that node's host (its load, its
   event loop). Per scrape, the least-delayed of its pairs (against each pair's own baseline)
-  measures what the host added to all of them (below zero only when two paths say so);
-  subtracting it leaves each path's own excess. A
+  measures what the host added to all of them (below zero: the median path's, a host quieter
+  than usual on every path; ``_host_share``); subtracting it leaves each path's own excess. A
   fault on one path leaves the prober's other paths as the reference; a prober whose every path
   crosses the fault loses that reference (its pairs look clean), and other probers' pairs carry it.
   The common mode subtracted is capped at the prober's own normal range (its history of common
@@ -105,14 +105,24 @@ class Delays:
 
 
 def _host_share(excess: list[float]) -> float:
-    """What the prober's host added to all its pairs this scrape: what even its least-delayed path
-    got on top of its normal. Below zero (a host quieter than usual) only when a second path says so
-    too: one path faster than its normal is that path's own (its normal was high, or it moved to a
-    shorter route), and subtracted from all, it lifted the others (the live demo: node-012's pair to
-    node-013 fell 190 us below its median, its three other pairs rose to 7-14 robust sigmas, and with
-    node-009's the same, a congestion opened on an idle uplink)."""
-    low = sorted(excess)  # two at least
-    return low[0] if low[0] >= 0 else min(low[1], 0.0)
+    """What the prober's host added to all its pairs this scrape (two pairs at least): what even its
+    least-delayed path got on top of its normal.
+
+    Below zero (a host quieter than usual): the median path's excess, and no lower than the second
+    lowest. A shift common to every path moves the median path with it, whatever the noise of each:
+    the live demo's node-002 had its four paths 204-225 us under their medians at once. The lowest
+    paths alone are no such shift: one path faster than its normal is that path's own (the live demo:
+    node-012's pair to node-013 fell 190 us below its median; taken as the common mode it lifted the
+    three others to 7-14 robust sigmas, and with node-009's the same, a congestion opened on an idle
+    uplink), and so are two among many when the rest are at their normal (the routed lab: of a
+    prober's 11 paths, the ones with 70-240 us of noise sat 200-250 us under their medians as often
+    as not while the rest sat within 30 us of theirs; the second lowest, subtracted from all, lifted
+    the quiet paths to 15-20 robust sigmas every scrape, and a congestion opened on a healthy leaf
+    beside the lab's fault, tests/test_leafspine_lab.py)."""
+    low = sorted(excess)
+    if low[0] >= 0:
+        return low[0]
+    return min(max(median(low), low[1]), 0.0)
 
 
 def _by_scrape(rows: list[_Row]) -> list[list[_Row]]:
