@@ -15,7 +15,7 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
 from fabricd.detect.engine import DetectionEngine
-from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Kind, Sample, Severity, Status
+from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Kind, Reading, Sample, Severity, Status
 from fabricd.server import db
 from fabricd.server.detection import DetectionLoop, EngineFeed, keep_for
 from fabricd.server.metrics import ServerMetrics
@@ -182,6 +182,42 @@ def test_latest_values_are_served_from_memory_and_written_by_the_flush(store: St
     assert table_latest(store)["mlx5_0"] == (T0, 5.0)
     assert [s.rate for _, s in store.latest.values(node="n1", source="infiniband", fresh_since=T0)] == [5.0, 7.0]
     assert store.latest.values(node="n2") == [] and store.latest.values(source="pingmesh") == []
+
+
+def _lldp(ts: float, port: str) -> Sample:
+    r = Reading("lldp", "eth0", port, "neighbor", 1.0, "", Kind.GAUGE, (("chassis", f"sw-{port}"),), "neighbor")
+    return Sample(ts=ts, reading=r, rate=None, status=Status.OK)
+
+
+def test_a_sources_latest_values_follow_new_series_and_new_nodes(store: Storage) -> None:
+    """``values(source=...)`` keeps each node's picks while its series are the same; a node that
+    gains a series, or a new node, is picked again. Every call equals the samples of all series
+    filtered by source, for each node, source and freshness."""
+
+    def brute(node: str | None, source: str, fresh: float | None) -> list[tuple[str, Sample]]:
+        every = store.latest.values(node=node, fresh_since=fresh)
+        return [(n, s) for n, s in every if s.reading.source == source]
+
+    def check() -> None:
+        for node in (None, "n1", "n2", "n3"):
+            for source in ("lldp", "infiniband", "pingmesh"):
+                for fresh in (None, T0 + 5):
+                    assert store.latest.values(node=node, source=source, fresh_since=fresh) == brute(
+                        node, source, fresh
+                    )
+
+    store.latest.load()
+    store.writer.ingest(make_batch("n1", "a", [ib_sample(T0), _lldp(T0, "swp1")]), T0, 100)
+    store.writer.ingest(make_batch("n2", "b", [ib_sample(T0 + 10), ib_sample(T0 + 10, device="mlx5_1")]), T0, 100)
+    check()
+    assert [n for n, _ in store.latest.values(source="lldp")] == ["n1"]
+    # n1 gains an LLDP neighbour and n3 appears; n2's newer point changes no series
+    store.writer.ingest(make_batch("n1", "c", [_lldp(T0 + 10, "swp2"), ib_sample(T0 + 10)]), T0, 100)
+    store.writer.ingest(make_batch("n3", "d", [_lldp(T0 + 10, "swp9")]), T0, 100)
+    store.writer.ingest(make_batch("n2", "e", [ib_sample(T0 + 20)]), T0, 100)
+    check()
+    got = [(n, s.reading.port, s.ts) for n, s in store.latest.values(source="lldp", fresh_since=T0 + 5)]
+    assert got == [("n1", "swp2", T0 + 10), ("n3", "swp9", T0 + 10)]
 
 
 def test_a_crash_between_flushes_loses_no_latest_value(store: Storage) -> None:

@@ -28,6 +28,9 @@ class LatestValues:
     def __init__(self, db: Database, identities: Identities) -> None:
         self.db, self.identities = db, identities
         self._mem = _Latest()
+        # source -> node -> (the node's series count when its series were sorted by source, the ids
+        # of that source): see ``_of_source``
+        self._picks: dict[str, dict[str, tuple[int, tuple[int, ...]]]] = {}
 
     def committed(self, batches: Sequence[Committed]) -> None:
         """The writer's post-commit hook."""
@@ -41,11 +44,32 @@ class LatestValues:
         ordered by node, then series id. ``/metrics`` calls this for the whole fleet on every
         scrape: no query, the values come from memory joined with the cached identities."""
         self.load()
-        rows = self._mem.rows(node, fresh_since)
-        idents = self.identities.of({row[0] for row in rows})
-        if source is not None:
-            rows = [row for row in rows if (ident := idents.get(row[0])) is not None and ident[1].source == source]
-        return _samples(rows, idents)
+        if source is None:
+            rows = self._mem.rows(node, fresh_since)
+        else:
+            rows = self._mem.rows_of(self._of_source(source, node), fresh_since)
+        return _samples(rows, self.identities.of({row[0] for row in rows}))
+
+    def _of_source(self, source: str, node: str | None) -> dict[str, tuple[int, ...]]:
+        """The ids of ``source``'s series, by node (of ``node`` alone if given).
+
+        The detection loop's topology refresh asks for the LLDP and ibfabric series of every node
+        every 10 s (three calls); picking them out of all series took 0.9-1.5 s of CPU a call at
+        10,000 nodes of 480 series (synthetic), 0.4 s of it under the lock ingest applies to, and
+        takes 0.07 s after the first call now. A node's series are only ever added to, so while
+        its count is unchanged its picks stand, and only nodes with new series are sorted again."""
+        picks = self._picks.setdefault(source, {})
+        counts = self._mem.counts(node)
+        stale = self._mem.sids([name for name, n in counts.items() if picks.get(name, (-1,))[0] != n])
+        if stale:
+            idents = self.identities.of({sid for sids in stale.values() for sid in sids})
+            for name, sids in stale.items():
+                mine = tuple(
+                    sid for sid in sids if (ident := idents.get(sid)) is not None and ident[1].source == source
+                )
+                picks[name] = (len(sids), mine)
+        names = [node] if node is not None else list(picks)
+        return {name: picks[name][1] for name in names if name in picks}
 
     def get(self, node: str, series_id: int) -> PointRow | None:
         self.load()
@@ -156,6 +180,29 @@ class _Latest:
                 picked = mine.values() if fresh_since is None else [r for r in mine.values() if r[1] >= fresh_since]
                 out.extend(sorted(picked))  # by series id (ids are unique: the tuples never compare further)
             return out
+
+    def rows_of(self, picks: dict[str, tuple[int, ...]], fresh_since: float | None) -> list[PointRow]:
+        """As ``rows``, of the series ids ``picks`` names by node."""
+        with self._lock:
+            out: list[PointRow] = []
+            for name in sorted(picks):
+                mine = self._by_node.get(name, {})
+                picked = [row for sid in picks[name] if (row := mine.get(sid)) is not None]
+                if fresh_since is not None:
+                    picked = [row for row in picked if row[1] >= fresh_since]
+                out.extend(sorted(picked))
+            return out
+
+    def counts(self, node: str | None) -> dict[str, int]:
+        """How many series every node has (``node`` alone if given)."""
+        with self._lock:
+            names = [node] if node is not None else list(self._by_node)
+            return {name: len(self._by_node[name]) for name in names if name in self._by_node}
+
+    def sids(self, names: Sequence[str]) -> dict[str, list[int]]:
+        """The series ids of each of ``names``."""
+        with self._lock:
+            return {name: list(self._by_node[name]) for name in names if name in self._by_node}
 
     def get(self, node: str, sid: int) -> PointRow | None:
         with self._lock:
