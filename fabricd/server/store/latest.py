@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
@@ -176,9 +176,7 @@ class _Latest:
             nodes = [node] if node is not None else sorted(self._by_node)
             out: list[PointRow] = []
             for name in nodes:
-                mine = self._by_node.get(name, {})
-                picked = mine.values() if fresh_since is None else [r for r in mine.values() if r[1] >= fresh_since]
-                out.extend(sorted(picked))  # by series id (ids are unique: the tuples never compare further)
+                out.extend(_in_order(self._by_node.get(name, {}).values(), fresh_since))
             return out
 
     def rows_of(self, picks: dict[str, tuple[int, ...]], fresh_since: float | None) -> list[PointRow]:
@@ -187,10 +185,7 @@ class _Latest:
             out: list[PointRow] = []
             for name in sorted(picks):
                 mine = self._by_node.get(name, {})
-                picked = [row for sid in picks[name] if (row := mine.get(sid)) is not None]
-                if fresh_since is not None:
-                    picked = [row for row in picked if row[1] >= fresh_since]
-                out.extend(sorted(picked))
+                out.extend(_in_order((row for sid in picks[name] if (row := mine.get(sid)) is not None), fresh_since))
             return out
 
     def counts(self, node: str | None) -> dict[str, int]:
@@ -223,6 +218,12 @@ class _Latest:
     def pending(self) -> int:
         with self._lock:
             return len(self._dirty)
+
+
+def _in_order(rows: Iterable[PointRow], fresh_since: float | None) -> list[PointRow]:
+    """``rows`` seen since ``fresh_since`` (all if None), by series id (ids are unique: the tuples
+    never compare further)."""
+    return sorted(rows if fresh_since is None else (r for r in rows if r[1] >= fresh_since))
 
 
 def _by_node(cur: Any, size: int = 10_000) -> Iterator[tuple[str, list[PointRow]]]:
