@@ -1,8 +1,10 @@
 """Pingmesh collector: UDP echo probes to a peer list, and a responder answering everyone else's.
 
 Per peer (``device`` = peer name) every collect reports cumulative ``probes_sent``,
-``probes_received``, ``probes_lost`` (timed out), ``probes_late`` (a reply after the timeout; already
-counted lost, never counted again), ``probes_out_of_order``, and the interval's RTT ``rtt_min``,
+``probes_received``, ``probes_lost`` (timed out; reported once the timeout passed again, at most
+``LOSS_SETTLE_MAX_SECONDS`` more), ``probes_late`` (a reply after the timeout; already counted lost,
+never counted received: lost less late is the probes never answered), ``probes_out_of_order``, and
+the interval's RTT ``rtt_min``,
 ``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an HDR histogram, reset each collect;
 absent when no reply came back in the interval: no honest RTT exists then).
 
@@ -106,6 +108,15 @@ class PingmeshOptions(CollectorOptions):
         if len(set(names)) != len(names):
             raise ValueError("peer names must be unique")
         return peers
+
+
+# A probe is counted lost at a scrape once its timeout passed this much earlier (at most its timeout
+# again), so that a reply held up past the timeout by a stalled host comes back, and is counted
+# ``late``, in the same scrape as its loss: the detectors count a probe lost and late as answered
+# (``fabricd.signal_math.loss_ratio``), and a stall straddling a scrape put the loss in one scrape
+# and the late reply in the next, where a per-scrape ratio cannot take it back. A loss is reported
+# up to this much later; a stall longer than the timeout and this together still straddles.
+LOSS_SETTLE_MAX_SECONDS = 2.0
 
 
 def _family(address: str) -> int:
@@ -237,8 +248,12 @@ class PingmeshCollector:
             out.extend(path_reading(p) for p in self.tracer.take())
         return out
 
+    @property
+    def _settle_ns(self) -> int:
+        return int(min(self.options.timeout_seconds, LOSS_SETTLE_MAX_SECONDS) * 1e9)
+
     def _watch(self, peer: str, lost: int, p99: float | None) -> None:
-        """Mark a pair bad for the tracer (``BAD_P99_FACTOR``): lost probes, or a p99 jump."""
+        """Mark a pair bad for the tracer (``BAD_P99_FACTOR``): probes never answered, or a p99 jump."""
         if self.tracer is None:
             return
         history = self._p99s.setdefault(peer, deque(maxlen=BAD_HISTORY))
@@ -252,7 +267,7 @@ class PingmeshCollector:
     def _peer_readings(self, peer: str, session: int, now_ns: int) -> list[Reading]:
         assert self.prober is not None
         ledger = self.prober.ledgers[session]
-        ledger.expire(now_ns)
+        ledger.expire(now_ns - self._settle_ns)
         c = ledger.counts()
         out = [
             _counter(peer, "probes_sent", c.sent),
@@ -262,7 +277,7 @@ class PingmeshCollector:
             _counter(peer, "probes_out_of_order", c.out_of_order),
         ]
         rtt = ledger.take_rtt()
-        self._watch(peer, c.lost, rtt.p99 if rtt is not None else None)
+        self._watch(peer, c.lost - c.late, rtt.p99 if rtt is not None else None)
         if rtt is not None:
             for name, value in (
                 ("rtt_min", rtt.min),

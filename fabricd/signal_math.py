@@ -79,10 +79,19 @@ def per_gigabyte(v: Sequence[float | None]) -> float | None:
 
 
 def loss_ratio(v: Sequence[float | None]) -> float | None:
-    sent, lost = v
+    """Probes never answered / probes sent: those timed out (``lost``) less those whose reply came
+    after the timeout (``late``; None, from an agent that does not count them: none).
+
+    A reply that came back was not dropped, however late: no fabric queue holds a packet for the
+    prober's timeout (1 s by default; the deepest switch buffers drain in milliseconds, and a PFC
+    pause that long is a storm the watchdog breaks and the pause counters show). A reply that late is
+    a stalled host, the responder's or the prober's: a loaded live demo's probe responders stalled
+    past the timeout at start-up, and a ``packet_loss`` incident opened on a healthy host link
+    (docs/latency.md, "Lost means unanswered")."""
+    sent, lost, late = (*v, None)[:3]
     if not sent or lost is None:
         return None
-    return _clamp01(lost / sent)
+    return _clamp01((lost - (late or 0.0)) / sent)
 
 
 def scopes(values: Mapping[tuple[str, str, Labels], float | None]) -> dict[ScopeKey, dict[str, float]]:

@@ -238,9 +238,9 @@ SIGNALS: tuple[Signal, ...] = (
     Signal(
         "probe_loss_ratio",
         "ratio",
-        "Fraction of pingmesh probes lost, per node pair",
-        "rate(probes_lost) / rate(probes_sent)",
-        _one("probes_sent", "probes_lost"),
+        "Fraction of pingmesh probes never answered, per node pair",
+        "(rate(probes_lost) - rate(probes_late)) / rate(probes_sent)",
+        _one("probes_sent", "probes_lost", "probes_late"),
         loss_ratio,
         agent=False,  # Prometheus computes it over 5 minutes from the counters (rules/prometheus)
     ),
@@ -308,7 +308,7 @@ SOURCE_INPUTS: dict[str, frozenset[str]] = {
     IB: (_ALL_INPUTS & _IB_NAMES) | {"port_down", "port_state", *SENT_BYTES},
     ETHTOOL: _ALL_INPUTS & {r.name for d in eth.drivers() for r in d.rules},
     NETLINK: frozenset({"qdisc_backlog_bytes", "qdisc_overlimits", "qdisc_drops", "carrier_changes"}),
-    PINGMESH: frozenset({"probes_sent", "probes_lost", "rtt_min_seconds", "rtt_p99_seconds"}),
+    PINGMESH: frozenset({"probes_sent", "probes_lost", "probes_late", "rtt_min_seconds", "rtt_p99_seconds"}),
     NCCL: frozenset({"time_seconds"}),
     DERIVED: frozenset({"nccl_efficiency"}),
 }

@@ -141,11 +141,11 @@ async def _pair(responder: Callable[[], ResponderProtocol], **prober: Any) -> tu
     return server, client
 
 
-async def _run_and_drain(client: PingmeshCollector, seconds: float, drain: float = 0.4) -> list[Reading]:
+async def _run_and_drain(client: PingmeshCollector, seconds: float, drain: float = 0.7) -> list[Reading]:
     await client.collect()
     await asyncio.sleep(seconds)
     client.stop_probing()
-    await asyncio.sleep(drain)  # every probe is now answered or past its timeout
+    await asyncio.sleep(drain)  # every probe is now answered or past its timeout and the settling after it
     return list(await client.collect())
 
 

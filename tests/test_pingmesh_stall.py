@@ -7,15 +7,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from itertools import pairwise
 from typing import Any
 
 from collectors.pingmesh import PingmeshCollector, PingmeshFactories
 from fabricd.probe import Ledger, ResponderProtocol
+from fabricd.signal_math import loss_ratio
 from tests.test_pingmesh import _by_counter, _mesh
 
 PATH_SECONDS = 0.05  # each reply leaves the responder this long after its probe came in
 TIMEOUT_SECONDS = 0.4
 STALL_SECONDS = 1.0  # past the timeout: read when the loop comes back, every reply in flight is "lost"
+RESPONDER_STALL_SECONDS = 0.7  # past the timeout, within the settling after it (collectors/pingmesh.py)
 
 
 class _SlowPath(ResponderProtocol):
@@ -35,6 +38,13 @@ class _ResponderThread(threading.Thread):
 
     def run(self) -> None:
         asyncio.run(self._serve())
+
+    def stall(self, seconds: float) -> bool:
+        """Block the responder's loop for ``seconds`` (a busy host), from now."""
+        if self._loop is None:
+            return False
+        self._loop.call_soon_threadsafe(time.sleep, seconds)
+        return True
 
     def stop(self) -> None:
         if self._loop is not None and self._done is not None:
@@ -79,6 +89,41 @@ async def test_a_stalled_probers_replies_that_arrived_in_time_are_neither_lost_n
     finally:
         await client.close()
         peer.stop()
+
+
+async def test_a_stalled_responders_late_replies_land_in_the_scrape_of_their_loss() -> None:
+    """The responder's loop stalls past the timeout, and a scrape falls inside the stall: the probes
+    already past their timeout are not reported lost there (their replies may still come) but in the
+    next scrape, with their replies, as lost and late alike; the signal counts none of them lost
+    (``fabricd.signal_math.loss_ratio``). Reporting them at their timeout put the loss in the first
+    scrape and the late replies in the second, where no per-scrape ratio can take the loss back."""
+    peer = _ResponderThread()
+    peer.start()
+    assert peer.ready.wait(10)
+    client: PingmeshCollector = _mesh(
+        {
+            "peers": [{"name": "srv", "address": "127.0.0.1", "port": peer.port, "rate_per_second": 100}],
+            "respond": False,
+            "timeout_seconds": TIMEOUT_SECONDS,
+        }
+    )
+    try:
+        await client.collect()
+        await asyncio.sleep(0.3)
+        before = _by_counter(await client.collect(), "srv")
+        assert peer.stall(RESPONDER_STALL_SECONDS)
+        await asyncio.sleep(TIMEOUT_SECONDS + 0.2)  # the first probes of the stall are past their timeout
+        during = _by_counter(await client.collect(), "srv")
+        await asyncio.sleep(RESPONDER_STALL_SECONDS)  # the stall is over, its replies came back late
+        after = _by_counter(await client.collect(), "srv")
+    finally:
+        await client.close()
+        peer.stop()
+    scrapes = [before, during, after]
+    deltas = [{k: b[k] - a[k] for k in ("probes_sent", "probes_lost", "probes_late")} for a, b in pairwise(scrapes)]
+    assert deltas[0]["probes_lost"] == deltas[0]["probes_late"] == 0
+    assert deltas[1]["probes_lost"] == deltas[1]["probes_late"] >= 10
+    assert [loss_ratio((d["probes_sent"], d["probes_lost"], d["probes_late"])) for d in deltas] == [0.0, 0.0]
 
 
 MS = 1_000_000

@@ -123,7 +123,7 @@ class PingCell:
     src: str
     dst: str
     p99_seconds: float | None  # the worst p99 RTT reported in the window
-    loss_ratio: float | None  # lost / sent over the window
+    loss_ratio: float | None  # probes never answered (lost less late) / sent over the window
 
 
 @dataclass

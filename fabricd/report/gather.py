@@ -28,7 +28,7 @@ from fabricd.report.data import (
 )
 from fabricd.report.nccl import nccl_curves
 from fabricd.report.source import Source
-from fabricd.signal_math import scopes
+from fabricd.signal_math import loss_ratio, scopes
 
 RAW_MAX_SECONDS = 3600.0
 TARGET_POINTS = 600
@@ -36,7 +36,7 @@ HOT_BUCKETS = 8  # the hottest-ports table averages a few buckets per series ove
 SERIES_LIMIT = 1000  # the series route's maximum; reaching it means the answer was cut
 # Throughput counters, IB first: (receive, transmit) by fabricd name (fabricd/portview.py).
 THROUGHPUT = (("port_receive_data", "port_transmit_data"), ("rx_bytes", "tx_bytes"))
-PING_P99, PING_SENT, PING_LOST = "rtt_p99_seconds", "probes_sent", "probes_lost"
+PING_P99, PING_SENT, PING_LOST, PING_LATE = "rtt_p99_seconds", "probes_sent", "probes_lost", "probes_late"
 MAX_SIGNAL_SERIES = 4  # per port: the plot stays readable
 STEPS = 6  # progress: incidents, ports, pingmesh, nccl, hottest ports, then the drawing (build_report)
 
@@ -238,12 +238,13 @@ def _empty(panel: PortPanel, spec: table.Signal, step: float | None) -> Series:
 
 
 def pingmesh(src: Source, data: ReportData) -> list[PingCell]:
-    """Per probed pair over the window: the worst p99 RTT and lost / sent probes.
+    """Per probed pair over the window: the worst p99 RTT and the share of probes never answered
+    (``fabricd.signal_math.loss_ratio``: lost less late).
 
-    Every point is one collect interval, so summing the per-second rates of probes_lost and
-    probes_sent weighs every interval alike: their ratio is the window's loss ratio."""
+    Every point is one collect interval, so summing the per-second rates of probes_lost, probes_late
+    and probes_sent weighs every interval alike: their ratio is the window's loss ratio."""
     by_name: dict[str, dict[tuple[str, str], list[float]]] = {}
-    for name in (PING_P99, PING_SENT, PING_LOST):
+    for name in (PING_P99, PING_SENT, PING_LOST, PING_LATE):
         rows = fetch_series(src, data.window, source="pingmesh", counter=name)
         if len(rows) >= SERIES_LIMIT:
             data.notes.append(f"pingmesh: only the first {SERIES_LIMIT} pairs of {name} were read")
@@ -258,9 +259,8 @@ def pingmesh(src: Source, data: ReportData) -> list[PingCell]:
 
 def _cell(src: str, dst: str, by_name: dict[str, dict[tuple[str, str], list[float]]]) -> PingCell:
     p99 = by_name[PING_P99].get((src, dst), [])
-    sent = sum(by_name[PING_SENT].get((src, dst), []))
-    lost = sum(by_name[PING_LOST].get((src, dst), []))
-    return PingCell(src, dst, max(p99) if p99 else None, lost / sent if sent > 0 else None)
+    sent, lost, late = (sum(by_name[name].get((src, dst), [])) for name in (PING_SENT, PING_LOST, PING_LATE))
+    return PingCell(src, dst, max(p99) if p99 else None, loss_ratio((sent, lost, late)))
 
 
 # --- hottest ports ---------------------------------------------------------------------------------

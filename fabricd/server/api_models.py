@@ -262,7 +262,9 @@ class PairOut(BaseModel):
     dst: str
     p50_seconds: float | None
     p99_seconds: float | None
-    loss_ratio: float | None = Field(description="lost / sent over the last probe interval")
+    loss_ratio: float | None = Field(
+        description="probes never answered (lost less late) / sent over the last probe interval"
+    )
     ts: float
 
 

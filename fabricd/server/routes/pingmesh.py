@@ -1,7 +1,9 @@
 """``/api/v1/pingmesh``: the latest probe results as a (src, dst) matrix.
 
 Built from the pingmesh collector's samples (collectors/pingmesh.py): source ``pingmesh``, device =
-the peer probed, gauges ``rtt_p50_seconds``/``rtt_p99_seconds`` and counters ``probes_sent``/``probes_lost``.
+the peer probed, gauges ``rtt_p50_seconds``/``rtt_p99_seconds`` and counters ``probes_sent``,
+``probes_lost`` and ``probes_late``. Loss is the detectors' (``fabricd.signal_math.loss_ratio``): probes
+never answered.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fabricd.model import Sample
 from fabricd.server.api_models import PairOut
 from fabricd.server.deps import LatestDep, Reader, Svc, when
 from fabricd.server.routes.common import AUTH_ERRORS
+from fabricd.signal_math import loss_ratio
 from fabricd.timeparse import HELP
 
 router = APIRouter(tags=["pingmesh"])
@@ -40,14 +43,13 @@ def pairs(latest: list[tuple[str, Sample]]) -> list[PairOut]:
         name = s.reading.metric
         if name in ("rtt_p50_seconds", "rtt_p99_seconds"):
             cell[name] = s.reading.value
-        elif name in ("probes_sent", "probes_lost"):
+        elif name in ("probes_sent", "probes_lost", "probes_late"):
             cell[name] = s.rate
     return [_pair(src, dst, c) for (src, dst), c in sorted(cells.items())]
 
 
 def _pair(src: str, dst: str, c: dict[str, float | None]) -> PairOut:
-    sent, lost = c.get("probes_sent"), c.get("probes_lost")
-    loss = (lost or 0.0) / sent if sent else None
+    loss = loss_ratio((c.get("probes_sent"), c.get("probes_lost") or 0.0, c.get("probes_late")))
     return PairOut(
         src=src,
         dst=dst,
