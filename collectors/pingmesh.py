@@ -6,7 +6,10 @@ Per peer (``device`` = peer name) every collect reports cumulative ``probes_sent
 never counted received: lost less late is the probes never answered), ``probes_out_of_order``, and
 the interval's RTT ``rtt_min``,
 ``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an HDR histogram, reset each collect;
-absent when no reply came back in the interval: no honest RTT exists then).
+absent when no reply came back in the interval: no honest RTT exists then). An agent that answers
+probes reports, with ``device`` empty, ``responder_start_time`` (Unix seconds): when its responder
+began answering, so that the central can tell probes its peers lost while it was not running (an
+agent's restart, the fleet's start) from probes the fabric dropped (``fabricd.detect.responders``).
 
 Side effects come from ``PingmeshFactories``: ``socket`` (``fabricd.probe.SocketFactory``; the netns
 lab passes one that opens sockets inside a host namespace), ``responder`` (the responder protocol;
@@ -154,6 +157,7 @@ class PingmeshCollector:
         self.prober_factory = factories.prober
         self.prober: Any = None  # ProberProtocol, or what prober_factory built (same ledger interface)
         self.responder: ResponderProtocol | None = None
+        self.responder_started = 0.0  # Unix time the responder began answering (reported: fabricd.detect.responders)
         self.transports: list[asyncio.DatagramTransport | StampedEndpoint] = []
         self.tracer: PathTracer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -182,6 +186,7 @@ class PingmeshCollector:
         self.responder = self.responder_factory()
         transport = await start_responder(sock, self.responder)
         self.transports.append(transport)
+        self.responder_started = time.time()
 
     def _tracing(self, family: int) -> bool:
         return self.options.trace_paths and family == socket.AF_INET and self.prober_factory is None
@@ -246,6 +251,8 @@ class PingmeshCollector:
             if self.responder is not None:
                 self.tracer.learn(self.responder.probers, time.monotonic())
             out.extend(path_reading(p) for p in self.tracer.take())
+        if self.responder is not None:
+            out.append(_gauge("", "responder_start_time", self.responder_started))
         return out
 
     @property

@@ -210,6 +210,12 @@ CATALOGUE: tuple[MetricSpec, ...] = rows(
         for q in ("min", "p50", "p90", "p99", "max")
     ),
     gauge(
+        PM + "responder_start_time_seconds",
+        "seconds",
+        "When this node's probe responder began answering (Unix time): its peers' probes before it were unanswerable",
+        ("node",),
+    ),
+    gauge(
         PM + "path_info",
         "",
         "The last traced path of the probes to a peer: hop addresses in TTL order (value 1)",

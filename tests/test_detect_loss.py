@@ -8,7 +8,7 @@ from dataclasses import replace
 from fabricd.detect import DetectionEngine
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
-from tests.support.series import Cluster, counter, path_oracle, replay
+from tests.support.series import Cluster, counter, gauge, path_oracle, replay
 
 SPINES = 2
 TOPO = fat_tree(16, 2, 4, SPINES, "roce")
@@ -147,6 +147,34 @@ def test_probes_answered_after_their_timeout_are_no_loss() -> None:
 
     assert opened(replay(engine(), c.rounds(50, pairs=pairs, extra=late(1.0)))) == []
     assert opened(replay(engine(), c.rounds(50, pairs=pairs, extra=late(0.75)))) == [(IncidentKind.PACKET_LOSS, fault)]
+
+
+def test_probes_to_a_restarted_agent_are_unanswerable_not_lost() -> None:
+    """node-006's agent restarts between two scrapes (an upgrade): its peers' probes go unanswered for
+    the seconds it is down, 30 % of a scrape's probes and 10 % of the next one's (reported after
+    their timeout). Its first scrape, at start, reports its new responder start
+    (``responder_start_time_seconds``) with its peers' lossy scrapes, and nothing opens; the same
+    losses with the old start still reported (a responder that never went away) are the fabric's,
+    and open on its host link. Every node reports its start, as agents that answer probes do."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    restarted, back = "node-006", 20  # down from its scrape at step 19 until 2 s before step 20
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return ({back: 0.3, back + 1: 0.1}.get(step(ts, c), 0.0) if dst == restarted else 0.0, 20e-6)
+
+    def starts(restarts: bool) -> Callable[[float, str], list[Sample]]:
+        def samples(ts: float, node: str) -> list[Sample]:
+            start = c.start - 3600.0  # every agent up for an hour
+            if node == restarted and restarts and step(ts, c) >= back:
+                start = c.start + back * c.interval - 2.0
+            return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
+
+        return samples
+
+    assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=starts(True)))) == []
+    assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=starts(False)))) == [
+        (IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")
+    ]
 
 
 def test_probe_loss_still_draining_after_a_loss_fault_is_not_a_second_incident_elsewhere() -> None:

@@ -38,6 +38,7 @@ from tests.support.routed_fleet import (
     INTERVAL_SECONDS,
     LabCentral,
     lab_central,
+    start_agent,
     start_agents,
     stop_agents,
     wait_for,
@@ -161,6 +162,45 @@ def test_the_discovered_topology_is_the_wiring(lab: Lab) -> None:
     # what detection localizes over: nothing was pushed, so the discovered graph
     active = lab.central.get("/api/v1/topology")
     assert (_links(active), _elements(active)) == (_links(want), _elements(want))
+
+
+# Upgrading the agents "a slice at a time" (docs/operations.md) stops each one's probe responder for
+# the seconds it takes to come back, and its peers lose the probes sent meanwhile: every pair to it
+# at once, which opened packet_loss or link_flap on its healthy host link. Its new responder start
+# says those probes were unanswerable (fabricd/detect/responders.py).
+RESTARTED = "gpu-b04"
+DOWN_SECONDS = 3.0  # a scrape and a half of the lab's
+
+
+def test_an_agent_restarted_opens_nothing(lab: Lab) -> None:
+    index = lab.net.wiring.elements.index(RESTARTED)
+    before = _incidents(lab.central)
+    stopped = time.time()
+    lab.agents[index].terminate()
+    lab.net.forget([lab.agents[index]])
+    time.sleep(DOWN_SECONDS)
+    home = lab.data / ("agents" if lab.tracing else f"agents-{lab.tracing}") / RESTARTED
+    lab.agents[index] = start_agent(lab.net, RESTARTED, home)
+
+    def back() -> bool:
+        found = lab.central.get(
+            "/api/v1/series", node=RESTARTED, source="pingmesh", counter="responder_start_time_seconds", since="-20s"
+        )
+        return any(pt["value"] > stopped for series in found for pt in series["points"])
+
+    wait_for(f"{RESTARTED}'s agent back", back, 60)
+    time.sleep(10 * INTERVAL_SECONDS)  # its peers' lost probes reported and past the rules' for
+    new = {k: i for k, i in _incidents(lab.central).items() if k not in before}
+    if new:
+        _explain(lab, new)
+    assert new == {}, _describe(new)
+
+    def increase(counter: str) -> float:
+        found = lab.central.get("/api/v1/series", device=RESTARTED, source="pingmesh", counter=counter, since="-60s")
+        return sum(s["points"][-1]["value"] - s["points"][0]["value"] for s in found if s["points"])
+
+    # what the peers lost while it was down, none of it answered late: the test had losses to weigh
+    assert increase("probes_lost") - increase("probes_late") >= len(lab.net.wiring.hosts) - 1
 
 
 # --- faults -------------------------------------------------------------------------------------

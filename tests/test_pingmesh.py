@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,22 @@ def test_options_are_validated_at_load() -> None:
         _mesh({"peers": [{"name": "a", "address": "not-an-ip"}]})
     with pytest.raises(CollectorConfigError, match="unique"):
         _mesh({"peers": [{"name": "a", "address": "10.0.0.1"}, {"name": "a", "address": "10.0.0.2"}]})
+
+
+async def test_an_answering_agent_reports_when_its_responder_started_and_a_restart_a_later_one() -> None:
+    """``responder_start_time`` (device empty): when the responder began answering, the same every
+    scrape; a new collector (the agent restarted) reports its own. A prober that does not answer
+    reports none."""
+    starts = []
+    for _ in range(2):
+        before = time.time()
+        server, client = await _pair(ResponderProtocol)
+        first = _by_counter(await server.collect(), "")
+        second = _by_counter(await server.collect(), "")
+        assert "responder_start_time" not in _by_counter(await client.collect(), "")
+        await client.close()
+        await server.close()
+        assert first == second and set(first) == {"responder_start_time"}
+        assert before <= first["responder_start_time"] <= time.time()
+        starts.append(first["responder_start_time"])
+    assert starts[0] < starts[1]

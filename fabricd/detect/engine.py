@@ -5,10 +5,9 @@
             -> detectors (hol, loss, congestion, latency; each claims what it explains)
             -> proposals -> ``IncidentBook`` (open / update / resolve / reopen / flap damping)
 
-Everything runs on the samples' timestamps: no wall clock, so a simulated hour replays in seconds
-and a test is deterministic. Evaluation (detectors + lifecycle) happens when event time moves to a
-new scrape round and at the end of every ``process`` call, at most once per round unless a finding
-changed.
+Everything runs on the samples' timestamps: no wall clock, so a simulated hour replays in seconds and a
+test is deterministic. Evaluation (detectors + lifecycle) happens when event time moves to a new scrape
+round and at the end of every ``process`` call, at most once per round unless a finding changed.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from fabricd.detect.findings import Tracker
 from fabricd.detect.incidents import IncidentBook, Proposal
 from fabricd.detect.latency import BaselineParams, Baselines
 from fabricd.detect.localize import Localizer, PathOracle
+from fabricd.detect.responders import RESPONDER_START, Responders
 from fabricd.detect.rules import Rule, RuleSet, load_rules
 from fabricd.detect.settle import Scrape
 from fabricd.detect.signals import IB, SIGNALS, WANTED, Extractor, Record
@@ -55,6 +55,7 @@ class DetectionEngine:
             Baselines(_baseline(self.rules, "rtt"), round_tolerance),
         )
         self._rtt_rows: dict[tuple[str, str, Labels, float], list[float | None]] = {}
+        self.responders = Responders()  # pairs to a node whose agent was down: unanswerable, not lost
         self.nccl = Baselines(_baseline(self.rules, "nccl"), round_tolerance)
         self.localizer = Localizer()
         self._by_signal: dict[str, list[Rule]] = {}
@@ -223,18 +224,20 @@ class DetectionEngine:
             row[0 if signal == "rtt_min" else 1] = value
             return
         if signal == "nccl_time":
-            _, fleet = self.nccl.score(
-                (device, *(v for _, v in labels)), (node, device, *(v for _, v in labels)), ts, value
-            )
+            sizes = tuple(v for _, v in labels)
+            _, fleet = self.nccl.score((device, *sizes), (node, device, *sizes), ts, value)
             self._observe("nccl_time_outlier", node, device, port, labels, ts, fleet)
             scores = self.run_scores.setdefault(node, {})
             scores[ts] = max(scores.get(ts, fleet), fleet)  # the run's slowest size
             if len(scores) > RUNS_KEPT:
                 del scores[min(scores)]
             return
-        if signal == "probe_loss_ratio":
+        if signal == "probe_loss_ratio":  # observed once the moment's responder starts are read
             self._pairs[(node, device)] = ts
-        self._observe(signal, node, device, port, labels, ts, value)
+            return self.responders.hold(node, device, port, labels, ts, value)
+        if signal != RESPONDER_START:
+            return self._observe(signal, node, device, port, labels, ts, value)
+        self.responders.started(node, ts, value)
 
     def _observe_delay(
         self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float
@@ -255,6 +258,7 @@ class DetectionEngine:
             if rec.dirty:
                 self.extractor.flush(rec)
         self._dirty.clear()
+        self.responders.release("probe_loss_ratio", self._observe)
         if self._rtt_rows:
             for (node, peer, labels, ts), (low, p99) in self._rtt_rows.items():
                 self.delays.add(node, peer, labels, ts, low, p99)
@@ -308,11 +312,8 @@ class DetectionEngine:
 
     def _rx_utilization(self) -> dict[str, float]:
         """Last receive utilization per HCA port (context for the HOL root: the incast receiver)."""
-        return {
-            f"{node}/{dev}": c.rx_utilization
-            for (node, dev, _), c in self.extractor.ports.items()
-            if c.rx_utilization is not None
-        }
+        ports = self.extractor.ports.items()
+        return {f"{node}/{dev}": c.rx_utilization for (node, dev, _), c in ports if c.rx_utilization is not None}
 
     def _unsure(self, healthy: list[tuple[str, str]]) -> set[tuple[str, str]]:
         """Recent pairs whose queue score sits between the rule's ``clear`` and its condition."""

@@ -134,11 +134,16 @@ def start_agents(
     for element in lab.wiring.elements:
         home = data_dir / element
         home.mkdir(parents=True, exist_ok=True)
-        config = home / "agent.yaml"
-        config.write_text(yaml.safe_dump(agent_config(lab, element, central.url, extra)))
-        argv: Sequence[str] = [sys.executable, "-m", "fabricd", "agent", "-c", str(config), "--data-dir", str(home)]
-        started.append(lab.spawn(element, argv, home / "agent.log", env={"PYTHONPATH": str(REPO)}))
+        (home / "agent.yaml").write_text(yaml.safe_dump(agent_config(lab, element, central.url, extra)))
+        started.append(start_agent(lab, element, home))
     return started
+
+
+def start_agent(lab: RoutedLab, element: str, home: Path) -> subprocess.Popen[bytes]:
+    """``element``'s agent with the configuration in ``home`` (again, after a restart)."""
+    config = home / "agent.yaml"
+    argv: Sequence[str] = [sys.executable, "-m", "fabricd", "agent", "-c", str(config), "--data-dir", str(home)]
+    return lab.spawn(element, argv, home / "agent.log", env={"PYTHONPATH": str(REPO)})
 
 
 def stop_agents(agents: Sequence[subprocess.Popen[bytes]]) -> None:

@@ -1,0 +1,81 @@
+"""Probes to a node whose responder was not running are unanswerable, not lost.
+
+A pingmesh pair ``(prober, peer)`` loses every probe sent while the peer's agent is down: the
+agent answers the probes itself (``collectors/pingmesh.py``), so a restart (an upgrade, "a slice at a
+time", docs/operations.md; a crash and its restart) or the fleet's start leaves its peers' probes
+unanswered for the seconds the process takes to come back. Counted as loss, every pair to that node
+lost 10-30 % of a scrape's probes at once, and ``packet_loss`` (or ``link_flap``, the per-scrape
+outage rule) opened on the healthy host link of each restarted node. The peer's agent reports when
+its responder began answering (``responder_start_time_seconds``); a scrape of a pair that reaches
+back before that start, and after the previous instance was last heard, says nothing about the
+fabric, and its loss is not observed (its RTTs, from the probes that were answered, still are).
+
+The responder start is wall time on the peer and a scrape's time is the prober's: both are event
+times, NTP-synchronized as settlement assumes (``fabricd.detect.settle``). A probe is reported lost
+after its timeout and the settling after it (1 s and at most 2 s by default), so a scrape up to that
+much past the start can still hold probes sent before it; ``MARGIN_SECONDS`` covers that with a
+second to spare.
+
+Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
+start in the same moment. Loss observations are held until the moment's records are all read
+(``hold``, ``release``). A peer whose agent has never reported (a node without fabricd, or one whose
+agent starts more than a scrape after its probers') is not known to be down: its loss counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fabricd.model import Labels
+
+RESPONDER_START = "responder_start_time_seconds"  # the pingmesh gauge (collectors/pingmesh.py)
+MARGIN_SECONDS = 4.0  # a probe's timeout (1 s) and the settling before it is reported lost (<= 2 s), + 1 s
+NEVER = float("-inf")
+
+Observe = Callable[[str, str, str, str, Labels, float, float], None]  # (signal, node, device, port, labels, ts, v)
+
+
+@dataclass(slots=True)
+class _Peer:
+    start: float  # when the responder now running began answering (the peer's clock)
+    absent_from: float  # last heard of the instance before it (NEVER: none known)
+    last_ts: float  # the newest scrape that reported ``start``
+
+
+@dataclass(slots=True)
+class Responders:
+    """Each node's responder start, and the loss observations of one moment until it is read."""
+
+    peers: dict[str, _Peer] = field(default_factory=dict)
+    held: list[tuple[str, str, str, Labels, float, float, float]] = field(default_factory=list)
+    scraped: dict[tuple[str, str], float] = field(default_factory=dict)  # (prober, peer) -> its last loss scrape
+
+    def started(self, node: str, ts: float, start: float) -> None:
+        """``node``'s scrape at ``ts`` says its responder has answered since ``start``."""
+        peer = self.peers.get(node)
+        if peer is None:
+            self.peers[node] = _Peer(start, NEVER, ts)
+        elif start > peer.start:  # a new instance: down since its predecessor was last heard
+            self.peers[node] = _Peer(start, peer.last_ts, ts)
+        else:
+            peer.last_ts = max(peer.last_ts, ts)
+
+    def unanswerable(self, peer: str, since: float, ts: float) -> bool:
+        """Whether the scrape of a pair to ``peer`` covering ``(since, ts]`` may hold probes sent
+        while ``peer``'s responder was not running."""
+        p = self.peers.get(peer)
+        return p is not None and ts > p.absent_from and since < p.start + MARGIN_SECONDS
+
+    def hold(self, node: str, peer: str, port: str, labels: Labels, ts: float, value: float) -> None:
+        """A pair's loss ratio for its scrape at ``ts`` (since its previous one), observed at ``release``."""
+        since = self.scraped.get((node, peer), NEVER)
+        self.scraped[(node, peer)] = max(since, ts)
+        self.held.append((node, peer, port, labels, since, ts, value))
+
+    def release(self, signal: str, observe: Observe) -> None:
+        """Observe the held losses of pairs whose peer was answering throughout their scrape."""
+        held, self.held = self.held, []
+        for node, peer, port, labels, since, ts, value in held:
+            if not self.unanswerable(peer, since, ts):
+                observe(signal, node, peer, port, labels, ts, value)

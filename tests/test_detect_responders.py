@@ -1,0 +1,53 @@
+"""``fabricd.detect.responders``: which pair scrapes reach back to a time their peer's responder was
+not running (the fleet's start, an agent's restart), and the loss observations held for a moment."""
+
+from __future__ import annotations
+
+from fabricd.detect.responders import MARGIN_SECONDS, Responders
+from fabricd.model import Labels
+
+
+def test_a_peer_first_heard_was_down_before_its_start_and_not_after_the_margin() -> None:
+    r = Responders()
+    r.started("b", ts=100.0, start=98.0)  # the fleet's start: b's agent came up at 98
+    assert r.unanswerable("b", since=90.0, ts=100.0)  # probes sent before 98
+    assert r.unanswerable("b", since=100.0, ts=110.0)  # probes sent up to 98, reported after their timeout
+    assert not r.unanswerable("b", since=98.0 + MARGIN_SECONDS, ts=110.0)
+    assert not r.unanswerable("c", since=90.0, ts=100.0)  # never heard of: its losses count
+
+
+def test_a_restart_covers_from_the_old_instance_last_heard_to_the_new_start() -> None:
+    r = Responders()
+    for ts in (100.0, 110.0, 120.0):
+        r.started("b", ts=ts, start=10.0)  # up since long ago
+    assert not r.unanswerable("b", since=110.0, ts=120.0)
+    r.started("b", ts=130.0, start=127.0)  # restarted between its scrapes at 120 and 130
+    assert not r.unanswerable("b", since=110.0, ts=120.0)  # before it was last heard: answering
+    assert r.unanswerable("b", since=120.0, ts=130.0)
+    assert r.unanswerable("b", since=130.0, ts=140.0)  # 127 + the margin is past 130
+    assert not r.unanswerable("b", since=140.0, ts=150.0)
+    r.started("b", ts=140.0, start=127.0)  # the same instance again: nothing new
+    assert not r.unanswerable("b", since=140.0, ts=150.0)
+
+
+def test_losses_are_held_until_the_moment_is_read_and_only_answerable_ones_observed() -> None:
+    r = Responders()
+    seen: list[tuple[str, str, float, float]] = []
+
+    def observe(signal: str, node: str, peer: str, port: str, labels: Labels, ts: float, value: float) -> None:
+        seen.append((node, peer, ts, value))
+
+    for ts in (100.0, 110.0):
+        r.started("b", ts=ts, start=10.0)
+        r.started("c", ts=ts, start=10.0)
+        r.hold("a", "b", "", (), ts, 0.0)
+        r.hold("a", "c", "", (), ts, 0.0)
+        r.release("probe_loss_ratio", observe)
+    seen.clear()
+    r.hold("a", "b", "", (), 120.0, 0.3)  # a's scrape comes before b's in the moment
+    r.hold("a", "c", "", (), 120.0, 0.02)
+    r.started("b", ts=120.0, start=118.0)
+    r.started("c", ts=120.0, start=10.0)
+    r.release("probe_loss_ratio", observe)
+    assert seen == [("a", "c", 120.0, 0.02)]
+    assert r.held == []
