@@ -51,3 +51,19 @@ def test_losses_are_held_until_the_moment_is_read_and_only_answerable_ones_obser
     r.release("probe_loss_ratio", observe)
     assert seen == [("a", "c", 120.0, 0.02)]
     assert r.held == []
+
+
+def test_a_pair_never_answered_is_not_lossy_until_a_reply_came_and_then_an_outage_counts() -> None:
+    """Every probe lost from the pair's first scrape on: no responder there yet (a peer reporting no
+    start, as a node without fabricd), not loss; from its first answered scrape its loss counts, a
+    whole scrape lost included (an outage)."""
+    r = Responders()
+    seen: list[tuple[float, float]] = []
+
+    def observe(signal: str, node: str, peer: str, port: str, labels: Labels, ts: float, value: float) -> None:
+        seen.append((ts, value))
+
+    for ts, value in ((100.0, 1.0), (110.0, 1.0), (120.0, 0.4), (130.0, 0.0), (140.0, 1.0)):
+        r.hold("a", "x", "", (), ts, value)
+        r.release("probe_loss_ratio", observe)
+    assert seen == [(120.0, 0.4), (130.0, 0.0), (140.0, 1.0)]

@@ -16,10 +16,19 @@ after its timeout and the settling after it (1 s and at most 2 s by default), so
 much past the start can still hold probes sent before it; ``MARGIN_SECONDS`` covers that with a
 second to spare.
 
+A pair that has lost every probe since its prober first reported it was never answered: no
+responder there yet (a peer whose agent has not started, at the fleet's start, before it reports its
+start), or none at all (a name that does not answer). That is reachability, not loss, which drops a
+share of the probes of a path that answers the rest: its loss counts from the first scrape with a
+reply. A pair that was answered and then loses everything is an outage
+(``probe_outage``) and counts. The answered pairs live in memory: after the central's restart a
+pair is judged again from its first answered scrape.
+
 Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
 start in the same moment. Loss observations are held until the moment's records are all read
 (``hold``, ``release``). A peer whose agent has never reported (a node without fabricd, or one whose
-agent starts more than a scrape after its probers') is not known to be down: its loss counts.
+agent starts more than a scrape after its probers') is not known to be down: once its pairs have
+been answered, their loss counts.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ class Responders:
     peers: dict[str, _Peer] = field(default_factory=dict)
     held: list[tuple[str, str, str, Labels, float, float, float]] = field(default_factory=list)
     scraped: dict[tuple[str, str], float] = field(default_factory=dict)  # (prober, peer) -> its last loss scrape
+    answered: set[tuple[str, str]] = field(default_factory=set)  # pairs with a reply seen in some scrape
 
     def started(self, node: str, ts: float, start: float) -> None:
         """``node``'s scrape at ``ts`` says its responder has answered since ``start``."""
@@ -74,8 +84,13 @@ class Responders:
         self.held.append((node, peer, port, labels, since, ts, value))
 
     def release(self, signal: str, observe: Observe) -> None:
-        """Observe the held losses of pairs whose peer was answering throughout their scrape."""
+        """Observe the held losses of pairs whose peer was answering throughout their scrape, once
+        the pair has been answered at all."""
         held, self.held = self.held, []
         for node, peer, port, labels, since, ts, value in held:
+            if value < 1.0:
+                self.answered.add((node, peer))
+            elif (node, peer) not in self.answered:
+                continue  # never answered yet: no responder there, not loss
             if not self.unanswerable(peer, since, ts):
                 observe(signal, node, peer, port, labels, ts, value)
