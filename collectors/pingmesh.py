@@ -4,9 +4,9 @@ Per peer (``device`` = peer name) every collect reports cumulative ``probes_sent
 ``probes_received``, ``probes_lost`` (timed out; reported once the timeout passed again, at most
 ``LOSS_SETTLE_MAX_SECONDS`` more), ``probes_late`` (a reply after the timeout; already counted lost,
 never counted received: lost less late is the probes never answered), ``probes_out_of_order``, and
-the interval's RTT ``rtt_min``,
-``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an HDR histogram, reset each collect;
-absent when no reply came back in the interval: no honest RTT exists then). An agent that answers
+the interval's RTT ``rtt_min``, ``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an
+HDR histogram, reset each collect; absent when no reply came back in the interval: no honest RTT
+exists then). An agent that answers
 probes reports, with ``device`` empty, ``responder_start_time`` (Unix seconds): when its responder
 began answering, so that the central can tell probes its peers lost while it was not running (an
 agent's restart, the fleet's start) from probes the fabric dropped (``fabricd.detect.responders``).

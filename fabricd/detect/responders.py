@@ -20,9 +20,9 @@ A pair that has lost every probe since its prober first reported it was never an
 responder there yet (a peer whose agent has not started, at the fleet's start, before it reports its
 start), or none at all (a name that does not answer). That is reachability, not loss, which drops a
 share of the probes of a path that answers the rest: its loss counts from the first scrape with a
-reply. A pair that was answered and then loses everything is an outage
-(``probe_outage``) and counts. The answered pairs live in memory: after the central's restart a
-pair is judged again from its first answered scrape.
+reply. A pair that was answered and then loses everything is an outage (``probe_outage``) and
+counts. The answered pairs live in memory: after the central's restart a pair is judged again from
+its first answered scrape.
 
 Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
 start in the same moment. Loss observations are held until the moment's records are all read
