@@ -61,17 +61,18 @@ class _ResponderThread(threading.Thread):
         await server.close()
 
 
-async def test_a_stalled_probers_replies_that_arrived_in_time_are_neither_lost_nor_late() -> None:
+def _peer_and_prober(rate_per_second: int) -> tuple[_ResponderThread, PingmeshCollector]:
+    """The peer started on its own thread, and a prober of it (not answering, ``TIMEOUT_SECONDS``)."""
     peer = _ResponderThread()
     peer.start()
     assert peer.ready.wait(10)
-    client: PingmeshCollector = _mesh(
-        {
-            "peers": [{"name": "srv", "address": "127.0.0.1", "port": peer.port, "rate_per_second": 200}],
-            "respond": False,
-            "timeout_seconds": TIMEOUT_SECONDS,
-        }
-    )
+    peers = [{"name": "srv", "address": "127.0.0.1", "port": peer.port, "rate_per_second": rate_per_second}]
+    client: PingmeshCollector = _mesh({"peers": peers, "respond": False, "timeout_seconds": TIMEOUT_SECONDS})
+    return peer, client
+
+
+async def test_a_stalled_probers_replies_that_arrived_in_time_are_neither_lost_nor_late() -> None:
+    peer, client = _peer_and_prober(rate_per_second=200)
     try:
         await client.collect()
         await asyncio.sleep(0.3)  # ~10 probes in flight at any moment (200/s, 50 ms each)
@@ -97,16 +98,7 @@ async def test_a_stalled_responders_late_replies_land_in_the_scrape_of_their_los
     next scrape, with their replies, as lost and late alike; the signal counts none of them lost
     (``fabricd.signal_math.loss_ratio``). Reporting them at their timeout put the loss in the first
     scrape and the late replies in the second, where no per-scrape ratio can take the loss back."""
-    peer = _ResponderThread()
-    peer.start()
-    assert peer.ready.wait(10)
-    client: PingmeshCollector = _mesh(
-        {
-            "peers": [{"name": "srv", "address": "127.0.0.1", "port": peer.port, "rate_per_second": 100}],
-            "respond": False,
-            "timeout_seconds": TIMEOUT_SECONDS,
-        }
-    )
+    peer, client = _peer_and_prober(rate_per_second=100)
     try:
         await client.collect()
         await asyncio.sleep(0.3)
