@@ -55,6 +55,19 @@ class Authenticator:
         self._cache: dict[str, tuple[float, TokenInfo | None]] = {}
         self._lock = threading.Lock()
 
+    def known(self, token: str | None) -> Principal | None:
+        """The caller when it is known without a database read (auth off, or a valid token in the
+        cache), else None: then ``authenticate`` decides, off the event loop."""
+        if not self.enabled:
+            return ANONYMOUS
+        if not token:
+            return None
+        with self._lock:
+            hit = self._cache.get(token)
+        if hit is None or hit[0] <= self.clock() or hit[1] is None:
+            return None
+        return self._principal(hit[1])
+
     def authenticate(self, token: str | None) -> Principal:
         if not self.enabled:
             return ANONYMOUS
@@ -68,6 +81,10 @@ class Authenticator:
         info = self._lookup(token)
         if info is None:
             raise ApiError(401, "unauthorized", "unknown or revoked token", WWW_AUTH)
+        return self._principal(info)
+
+    @staticmethod
+    def _principal(info: TokenInfo) -> Principal:
         return Principal(info.role, info.node, f"token:{info.id}" + (f" ({info.note})" if info.note else ""))
 
     def _lookup(self, token: str) -> TokenInfo | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from fabricd.server.auth import Principal, require_admin, require_read
@@ -17,25 +18,31 @@ from fabricd.timeparse import parse_time
 _bearer = HTTPBearer(auto_error=False, description="a token from `fabricd token create`")
 
 
-def services(request: Request) -> Services:
+# Every provider here is ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a
+# worker-thread hop per dependency per request (the ingest route took three, and the hops' handoffs
+# were a tenth of the event loop's CPU under load, docs/storage.md "The HTTP path"). These only look
+# up attributes; the one that may query the database (a token not in the cache) hops explicitly.
+async def services(request: Request) -> Services:
     return request.app.state.services
 
 
 Svc = Annotated[Services, Depends(services)]
 
 
-def caller(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
-    return svc.auth.authenticate(creds.credentials if creds else None)
+async def caller(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+    token = creds.credentials if creds else None
+    known = svc.auth.known(token)
+    return known if known is not None else await run_in_threadpool(svc.auth.authenticate, token)
 
 
 Caller = Annotated[Principal, Depends(caller)]
 
 
-def reader(who: Caller) -> Principal:
+async def reader(who: Caller) -> Principal:
     return require_read(who)
 
 
-def admin(who: Caller) -> Principal:
+async def admin(who: Caller) -> Principal:
     return require_admin(who)
 
 
@@ -45,51 +52,51 @@ Admin = Annotated[Principal, Depends(admin)]
 
 # One provider per role a route may take, typed by its Protocol: mypy checks that each role meets
 # every Protocol it is handed out as.
-def latest(svc: Svc) -> p.LatestReader:
+async def latest(svc: Svc) -> p.LatestReader:
     return svc.store.latest
 
 
-def nodes(svc: Svc) -> p.NodeReader:
+async def nodes(svc: Svc) -> p.NodeReader:
     return svc.store.inventory
 
 
-def series(svc: Svc) -> p.SeriesReader:
+async def series(svc: Svc) -> p.SeriesReader:
     return svc.store.inventory
 
 
-def incidents(svc: Svc) -> p.IncidentReader:
+async def incidents(svc: Svc) -> p.IncidentReader:
     return svc.store.incidents
 
 
-def incident_counts(svc: Svc) -> p.IncidentCounter:
+async def incident_counts(svc: Svc) -> p.IncidentCounter:
     return svc.store.incidents
 
 
-def incident_actions(svc: Svc) -> p.IncidentActions:
+async def incident_actions(svc: Svc) -> p.IncidentActions:
     return svc.store.incidents
 
 
-def tokens(svc: Svc) -> p.TokenAdmin:
+async def tokens(svc: Svc) -> p.TokenAdmin:
     return svc.store.tokens
 
 
-def topology(svc: Svc) -> p.TopologyStore:
+async def topology(svc: Svc) -> p.TopologyStore:
     return svc.store.topology
 
 
-def routed_topology(svc: Svc) -> p.TopologyReader:
+async def routed_topology(svc: Svc) -> p.TopologyReader:
     return svc.routed
 
 
-def paths(svc: Svc) -> p.PathReader:
+async def paths(svc: Svc) -> p.PathReader:
     return svc.store.paths
 
 
-def jobs(svc: Svc) -> p.JobReader:
+async def jobs(svc: Svc) -> p.JobReader:
     return svc.store.jobs
 
 
-def stream(svc: Svc) -> p.SampleSource:
+async def stream(svc: Svc) -> p.SampleSource:
     return svc.store.stream
 
 
