@@ -412,8 +412,10 @@ def _points_in(url: str, exact: bool = False) -> int:
     """Points stored, as the nodes' ingest counters say (committed with the points); ``exact``
     counts the table. Polled every 50 ms, ``count(*)`` over a million points cost PostgreSQL most
     of a core on this 2-core machine, taken from the service being measured."""
-    conn, _ph = _bare_connect(url)
-    sql = "SELECT count(*) FROM points" if exact else "SELECT coalesce(sum(samples), 0) FROM nodes"
+    conn, ph = _bare_connect(url)
+    # SQLite keeps raw points in chunks, one row per batch (fabricd/server/store/chunks.py).
+    raw = "SELECT coalesce(sum(count), 0) FROM point_chunks" if ph == "?" else "SELECT count(*) FROM points"
+    sql = raw if exact else "SELECT coalesce(sum(samples), 0) FROM nodes"
     try:
         return int(conn.execute(sql).fetchone()[0])
     except Exception:  # the schema is not there yet

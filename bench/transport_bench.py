@@ -136,7 +136,8 @@ async def push(url: str, data_dir: Path, batches: int, samples: int) -> dict[str
 def stored_points(db: Path) -> int:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return int(con.execute("SELECT COUNT(*) FROM points").fetchone()[0])
+        # Raw points are chunks on SQLite, one row per batch (fabricd/server/store/chunks.py).
+        return int(con.execute("SELECT coalesce(sum(count), 0) FROM point_chunks").fetchone()[0])
     finally:
         con.close()
 

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fabricd.transport.spool import CorruptSpoolFile, unpack
 from fabricd.wire import decode
 from tests.helpers import CASES, REPO
+from tests.support.points import raw_points_by_series
 from tests.test_transport_central_double import Tls, free_port, make_tls
 
 pytestmark = pytest.mark.slow
@@ -123,12 +124,14 @@ class Central(Proc):
             return {}
         con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
         try:
-            rows = con.execute(
-                "SELECT s.device, s.port, p.ts FROM points p JOIN series s ON s.id = p.series_id "
-                "WHERE s.node = ? AND s.source = 'infiniband' AND s.counter = 'port_xmit_data' AND p.step = 0 "
-                "ORDER BY p.ts",
-                (node,),
-            ).fetchall()
+            rows = sorted(
+                (
+                    (dev, port, ts)
+                    for n, src, dev, port, ctr, ts in raw_points_by_series(con)
+                    if (n, src, ctr) == (node, "infiniband", "port_xmit_data")
+                ),
+                key=lambda r: r[2],
+            )
         except sqlite3.OperationalError:  # schema not created yet
             return {}
         finally:

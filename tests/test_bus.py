@@ -38,6 +38,7 @@ from fabricd.settings import AgentSettings, BusSettings, LimitSettings, ServerSe
 from fabricd.transport import Transport
 from fabricd.transport.nats_poster import NatsPoster
 from tests.helpers import need_binary, skip_or_fail
+from tests.support.points import raw_points_by_series
 from tests.support.server import free_port, ib_sample, make_batch, running
 
 SHARED = "nats://127.0.0.1:4222"
@@ -353,9 +354,7 @@ async def test_a_fetch_is_stored_at_once_across_nodes_and_in_order_within_each(t
     expected = Counter({(n, f"mlx5_{p}", t0 + k): 1 for n in nodes for p in range(3) for k in range(per_node)})
     assert stored(svc) == expected
     with svc.store.engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            "SELECT s.node, p.ts FROM points p JOIN series s ON s.id = p.series_id ORDER BY p.id"
-        ).all()
+        rows = [(node, ts) for node, *_series, ts in raw_points_by_series(conn.connection.driver_connection)]
     for n in nodes:
         in_table = [ts for node, ts in rows if node == n]
         assert in_table == sorted(in_table), f"{n}'s batches were stored out of order"

@@ -19,7 +19,7 @@ from fabricd.model import Batch, Incident, IncidentKind, IncidentState, Kind, Re
 from fabricd.server import db
 from fabricd.server.detection import DetectionLoop, EngineFeed, keep_for
 from fabricd.server.metrics import ServerMetrics
-from fabricd.server.store import partitions
+from fabricd.server.store import chunks, partitions
 from fabricd.server.store.identities import Identities
 from fabricd.server.store.maintenance import downsample
 from fabricd.server.store.records import Committed, Delivery, IngestResult, Keep, SeriesLimitExceeded
@@ -27,6 +27,7 @@ from fabricd.server.store.storage import Storage
 from fabricd.server.tables import Base
 from tests.helpers import skip_or_fail
 from tests.support.detectors import ImmediateDetector
+from tests.support.points import raw_points
 from tests.support.server import backend_url, ib_sample, make_batch, pg_reachable
 
 T0 = 1_800_000_000.0
@@ -57,9 +58,11 @@ def test_migrations_create_exactly_the_table_models(store: Storage) -> None:
         # The time partitions are tables of their own to the inspector, not models.
         context = MigrationContext.configure(conn, opts={"include_name": lambda name, kind, _p: name not in children})
         diffs = compare_metadata(context, Base.metadata)
-    # PostgreSQL's partitioned points have no (step, ts) index (fabricd/server/store/partitions.py).
-    expected = ["ix_points_step_ts"] if is_partitioned else []
-    assert [(d[0], d[1].name) for d in diffs] == [("add_index", name) for name in expected]
+    # PostgreSQL's partitioned points have no (step, ts) index (fabricd/server/store/partitions.py),
+    # and its raw points are rows: no chunks (fabricd/server/store/chunks.py).
+    pg = [("add_index", n) for n in ("ix_point_chunks_node_ts", "ix_point_chunks_ts", "ix_points_step_ts")]
+    expected = sorted([("add_table", "point_chunks"), *pg]) if is_partitioned else []
+    assert sorted((d[0], d[1].name) for d in diffs) == expected
     assert db.is_ready(store.engine) == (True, f"schema at revision {db.head_revision()}")
 
 
@@ -607,10 +610,7 @@ def test_the_writer_hands_each_commit_to_its_listeners_in_commit_order(
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(agent, [f"n{i}" for i in range(8)]))
-    with store.engine.connect() as conn:
-        stored = conn.execute(
-            text("SELECT id, series_id, ts, value, rate, status, since FROM points ORDER BY id")
-        ).all()
+    stored = raw_points(store.engine)
     announced = [(c.last_point_id - len(c.rows) + 1 + i, *row) for c in heard.seen for i, row in enumerate(c.rows)]
     assert announced == [tuple(r) for r in stored] and len(heard.seen) == 80
     every_batch_once = sorted((f"n{i}", T0 + k) for i in range(8) for k in range(10))
@@ -720,7 +720,6 @@ def test_a_group_commit_is_one_transaction_and_a_refused_batch_takes_no_other_wi
     with store.engine.connect() as conn:
         batches = conn.execute(text("SELECT node, batch_id FROM ingested_batches ORDER BY node")).all()
         series = conn.execute(text("SELECT DISTINCT node FROM series ORDER BY node")).scalars().all()
-        points = conn.execute(text("SELECT count(*) FROM points")).scalar()
         counted = conn.execute(text("SELECT batches FROM nodes WHERE name = 'n3'")).scalar()
     assert counted == 1  # the retry claimed nothing and counted nothing
     assert [tuple(b) for b in batches] == [
@@ -731,7 +730,7 @@ def test_a_group_commit_is_one_transaction_and_a_refused_batch_takes_no_other_wi
         ("n3", "stored"),
         ("n4", "a"),
     ]
-    assert series == ["g0", "g1", "g2", "n1", "n3", "n4"] and points == 9 + 1 + 1 + 1
+    assert series == ["g0", "g1", "g2", "n1", "n3", "n4"] and len(raw_points(store.engine)) == 9 + 1 + 1 + 1
 
 
 def test_the_series_a_batch_creates_reach_the_readers_as_the_table_has_them(store: Storage) -> None:
@@ -852,8 +851,10 @@ def test_a_batch_the_database_refuses_by_a_constraint_is_an_error_not_a_duplicat
     add = (
         "ALTER TABLE points ADD CONSTRAINT points_not_huge CHECK (value < 1e300)"
         if postgres
-        else "CREATE TRIGGER points_not_huge BEFORE INSERT ON points WHEN NEW.value >= 1e300 "
-        "BEGIN SELECT RAISE(ABORT, 'value too large'); END"
+        # SQLite stores a batch's points as one chunk (fabricd/server/store/chunks.py): the huge
+        # batch is the one with two points.
+        else "CREATE TRIGGER points_not_huge BEFORE INSERT ON point_chunks WHEN NEW.count >= 2 "
+        "BEGIN SELECT RAISE(ABORT, 'chunk too large'); END"
     )
     with store.engine.begin() as conn:
         conn.execute(text(add))
@@ -890,8 +891,7 @@ def test_the_writer_keeps_its_connection_between_batches_and_lets_a_dead_one_go(
         assert store.writer.ingest(make_batch("n1", "lost", [ib_sample(T0 + 5)]), T0, 3).accepted == 1
     store.writer.close()
     assert store.writer.ingest(make_batch("n1", "after", [ib_sample(T0 + 6)]), T0, 3).accepted == 1
-    with store.engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM points")).scalar() == (5 if postgres else 4)
+    assert len(raw_points(store.engine)) == (5 if postgres else 4)
 
 
 def test_the_tail_reads_a_nodes_batches_of_the_same_series_through_one_plan(
@@ -990,12 +990,15 @@ def test_the_stream_reads_many_points_in_the_drivers_binary_protocol_with_the_sa
     ]
     store.writer.ingest(make_batch("n1", "b", samples), T0, 100)
     database = store.stream.db
+    binary = None
     with database.cursor() as cur:
-        fetched = database.fetch(cur, database.sql.read_points, (0, 100))
-        binary = cur.pgresult.fformat(2) if hasattr(cur, "pgresult") else None
-        cur.execute(database.sql.read_points, (0, 100))
-        as_text = cur.fetchall()
-    assert [tuple(r) for r in fetched] == [tuple(r) for r in as_text]
+        if database.sql.chunked:  # SQLite: the points packed as doubles in their batch's chunk
+            fetched = chunks.after(cur, 0, 100)
+        else:
+            fetched = database.fetch(cur, database.sql.read_points, (0, 100))
+            binary = cur.pgresult.fformat(2)
+            cur.execute(database.sql.read_points, (0, 100))
+            assert [tuple(r) for r in fetched] == [tuple(r) for r in cur.fetchall()]
     assert [(r[3], r[4], r[5]) for r in fetched] == [
         (2.0**53, 1 / 3, "ok"),
         (0.0, None, "first"),

@@ -12,7 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # SQLite only aliases the rowid (fast autoincrement) for INTEGER PRIMARY KEY, not BIGINT.
@@ -99,6 +111,26 @@ class Point(Base):
     status: Mapped[str] = mapped_column(String(16))
     since: Mapped[float | None] = mapped_column(Float, nullable=True)
     step: Mapped[float] = mapped_column(Float, default=0.0)  # 0 = raw; else the downsampling bucket width
+
+
+class PointChunk(Base):
+    """SQLite's raw points: one row per stored batch, its points packed (``store/chunks.py``, migration
+    0008). Not on PostgreSQL, whose raw points are rows of ``points`` in time partitions."""
+
+    __tablename__ = "point_chunks"
+    __table_args__ = (
+        Index("ix_point_chunks_node_ts", "node", "ts_min", "ts_max"),
+        Index("ix_point_chunks_ts", "ts_min", "node"),
+        {"sqlite_autoincrement": True},
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # the last point's id
+    count: Mapped[int] = mapped_column(Integer)  # points, with the consecutive ids up to ``id``
+    node: Mapped[str] = mapped_column(Text)
+    ts_min: Mapped[float] = mapped_column(Float)
+    ts_max: Mapped[float] = mapped_column(Float)
+    points: Mapped[bytes] = mapped_column(LargeBinary)
+    ids: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # set once partly folded
 
 
 class Incident(Base):

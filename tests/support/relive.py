@@ -141,6 +141,9 @@ def trim(src: Path, dst: Path, end_ts: float) -> None:
     """Copy ``src`` to ``dst`` keeping the batches received up to ``end_ts`` and, of their points,
     those of the series the detectors read, renumbered so each batch is its next ``samples`` points."""
     shutil.copy(src, dst)
+    with sqlite3.connect(dst) as con:  # it renumbers rows of ``points``: raw points before migration 0008
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name = 'point_chunks'").fetchone():
+            raise SystemExit(f"{src}: trim a capture taken before schema 0008 (raw points as rows)")
     engine = db.make_engine(f"sqlite:///{dst}")
     try:
         store = Storage.open(engine)

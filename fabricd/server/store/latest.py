@@ -19,6 +19,7 @@ from typing import Any
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES
+from fabricd.server.store import chunks
 from fabricd.server.store.identities import Identities, Identity
 from fabricd.server.store.records import Committed, PointRow
 from fabricd.server.store.sql import LATEST_CURSOR, Database
@@ -165,8 +166,13 @@ class _Latest:
         cur.execute(db.sql.table_latest)
         for node, group in _by_node(cur):
             self.apply(node, group, dirty=False)
-        cur.execute(db.sql.replay_latest, (upto,))  # stored after the last flush: a crash, or a kill -9
-        for node, group in _by_node(cur):
+        # Stored after the last flush: a crash, or a kill -9.
+        if db.sql.chunked:
+            replayed = chunks.replay(cur, upto)
+        else:
+            cur.execute(db.sql.replay_latest, (upto,))
+            replayed = _by_node(cur)
+        for node, group in replayed:
             self.apply(node, group)
         self.flushed_upto = upto
         self.loaded = True

@@ -3,7 +3,8 @@
 Set-based statements over ``points`` and ``ingested_batches``: SQLAlchemy Core, no entities.
 ``downsample`` is the pure fold, shared with ``/api/v1/series?step=``. On PostgreSQL the points
 are in time partitions (``partitions.py``): whole partitions are created ahead, folded and
-dropped, and only the default partition's strays go through the per-series path.
+dropped, and only the default partition's strays go through the per-series path. On SQLite the raw
+points are chunks (``chunks.py``), folded a node at a time into rows of ``points``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy import MetaData, Table, delete, insert, select
 
 from fabricd.model import Kind
 from fabricd.server import tables as t
-from fabricd.server.store import partitions
+from fabricd.server.store import chunks, partitions
 from fabricd.server.store.records import MaintenanceReport
 from fabricd.server.store.sql import Database
 
@@ -23,6 +24,7 @@ _P, _S, _B = (t.Base.metadata.tables[name] for name in ("points", "series", "ing
 # PostgreSQL's points outside every time partition: the per-series path runs on these only.
 _STRAYS = _P.to_metadata(MetaData(), name=partitions.DEFAULT)
 RawPoint = tuple[float, float, float | None, str]  # ts, value, rate, status
+_INSERT_FOLDED = "INSERT INTO points (series_id, ts, value, rate, status, step) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class Maintenance:
@@ -43,13 +45,37 @@ class Maintenance:
         if self.partitioned:
             folded, written, dropped = self._partitions(now, cutoff, step, retention)
             points = _STRAYS
+        elif self.db.sql.chunked:
+            folded, written = self._fold_chunks(cutoff, step)
         for sid, kind in self._series_with_raw_before(points, cutoff):
             n, w = self._downsample_series(points, sid, kind, cutoff, step)
             folded, written = folded + n, written + w
         with self.db.write_lock, self.db.engine.begin() as conn:
             dp = conn.execute(delete(points).where(points.c.ts < now - retention)).rowcount
             db = conn.execute(delete(_B).where(_B.c.received_ts < now - retention)).rowcount
+        if self.db.sql.chunked:  # raw chunks never folded (none, unless folding failed for days)
+            with self.db.write_lock, self.db.cursor(transaction=True) as cur:
+                dropped += chunks.delete_before(cur, now - retention)
         return MaintenanceReport(folded, written, int(dp or 0) + dropped, int(db or 0))
+
+    def _fold_chunks(self, cutoff: float, step: float) -> tuple[int, int]:
+        """SQLite's raw points before the cutoff, taken out of their chunks and folded node by node,
+        one transaction each: (raw points folded, buckets written)."""
+        with self.db.cursor() as cur:
+            nodes = chunks.nodes_before(cur, cutoff)
+            kinds = dict(cur.execute("SELECT id, kind FROM series").fetchall()) if nodes else {}
+        folded = written = 0
+        for node in nodes:
+            with self.db.write_lock, self.db.cursor(transaction=True) as cur:
+                raw = chunks.take_node_before(cur, node, cutoff)
+                buckets = [
+                    (sid, b["ts"], b["value"], b["rate"], b["status"], step)
+                    for sid, points in raw.items()
+                    for b in downsample(points, step, counter=kinds.get(sid) == Kind.COUNTER.value)
+                ]
+                cur.executemany(_INSERT_FOLDED, buckets)
+            folded, written = folded + sum(len(p) for p in raw.values()), written + len(buckets)
+        return folded, written
 
     def prepare(self, now: float) -> None:
         """Partitions for now and ahead (PostgreSQL; nothing on SQLite): the service's start."""

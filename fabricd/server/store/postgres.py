@@ -41,7 +41,8 @@ class CopyRows:
     def __init__(self, sql: str, types: Sequence[str]) -> None:
         self.sql, self.types = sql, list(types)
 
-    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+    def write(self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """``node`` is not a column: each row's series says it."""
         if not rows:
             return
         with cur.copy(self.sql) as copy:
@@ -72,6 +73,8 @@ STATEMENTS = statements(
         f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) {SERIES_CONFLICT}"
     ),
     update_latest=ArrayRows(SET_LATEST.format(source=f"{_ARRAYS} AS v (id, ts, value, rate, status, since)")),
+    chunked=False,
+    max_point_id="SELECT max(id) FROM points",
     last_point_id="lastval()",
     claim_and_upsert_node=f"WITH claimed AS ({CLAIM_BATCH.format(m='%s')} RETURNING 1) "
     f"{UPSERT_NODE.format(rows='SELECT %s, %s, %s, %s, %s, 1, %s WHERE EXISTS (SELECT 1 FROM claimed)')}",

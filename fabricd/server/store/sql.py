@@ -26,6 +26,12 @@ class RowWriter(Protocol):
     def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None: ...
 
 
+class PointWriter(Protocol):
+    """Stores one batch's raw points (``records.PointRow``) of ``node``."""
+
+    def write(self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Statements:
     """Every raw statement of ingest, the stream and the latest values, in one dialect.
@@ -44,7 +50,12 @@ class Statements:
     upsert_health: str
     insert_series: RowWriter  # one statement for a node's new series (its first scrape: 480 rows)
     node_series: str
-    insert_points: RowWriter
+    insert_points: PointWriter
+    # Raw points are chunks, one row per batch (SQLite, ``chunks.py``), or a row each (PostgreSQL):
+    # the readers of raw points (the stream, the latest values' replay, a series' history,
+    # maintenance) read ``chunks`` when set, ``read_points`` and ``replay_latest`` else.
+    chunked: bool
+    max_point_id: str
     read_points: str
     series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]]  # ids -> (sql, parameters)
     read_cursor: str
@@ -63,7 +74,9 @@ class Statements:
 def statements(
     m: str,
     *,
-    insert_points: RowWriter,
+    insert_points: PointWriter,
+    chunked: bool,
+    max_point_id: str,
     insert_series: RowWriter,
     update_latest: RowWriter,
     last_point_id: str,
@@ -90,6 +103,8 @@ def statements(
         insert_series=insert_series,
         node_series=f"SELECT id, source, device, port, counter, labels FROM series WHERE node = {m}",
         insert_points=insert_points,
+        chunked=chunked,
+        max_point_id=max_point_id,
         read_points=f"SELECT id, series_id, ts, value, rate, status, since FROM points WHERE id > {m} "
         f"AND step = 0.0 ORDER BY id LIMIT {m}",
         series_identity=series_identity,
@@ -122,9 +137,7 @@ UPSERT_NODE = (
 SERIES_COLUMNS = "node, source, device, port, counter, labels, name, unit, kind"
 SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING"
 
-# Columns of a point row (records.PointRow) and the condition that keeps a newer latest value: a
-# spooled backlog drains after live data, and an old point must never replace a newer latest.
-POINT_COLUMNS = "series_id, ts, value, rate, status, since, step"
+# The condition that keeps a newer latest value: a spooled backlog drains after live data, and an old point must never replace a newer latest.
 SET_LATEST = (
     "UPDATE series SET latest_ts = v.ts, latest_value = v.value, latest_rate = v.rate, latest_status = v.status, "
     "latest_since = v.since FROM {source} WHERE series.id = v.id AND (series.latest_ts IS NULL OR series.latest_ts <= v.ts)"
@@ -190,4 +203,4 @@ class Database:
 
     def max_point_id(self) -> int:
         with self.engine.connect() as conn:
-            return int(conn.exec_driver_sql("SELECT max(id) FROM points").scalar() or 0)
+            return int(conn.exec_driver_sql(self.sql.max_point_id).scalar() or 0)

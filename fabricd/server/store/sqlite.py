@@ -1,6 +1,7 @@
 """SQLite's side of the raw statements (sqlite3, ``?`` placeholders).
 
-Points, new series and latest values go in multi-row ``VALUES`` statements (``ManyRows``);
+Raw points go in chunks, one row per batch (``chunks.py``); new series and latest values in
+multi-row ``VALUES`` statements (``ManyRows``);
 ``UPDATE .. FROM`` needs SQLite >= 3.33. The last point id of a batch is the connection's
 ``last_insert_rowid()``, returned by the node's update (``RETURNING`` needs >= 3.35).
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fabricd.server.store.sql import POINT_COLUMNS, SERIES_COLUMNS, SERIES_CONFLICT, SET_LATEST, statements
+from fabricd.server.store import chunks
+from fabricd.server.store.sql import SERIES_COLUMNS, SERIES_CONFLICT, SET_LATEST, statements
 
 
 class ManyRows:
@@ -55,7 +57,9 @@ _IDENTITY = "SELECT id, node, source, device, port, counter, name, unit, kind, l
 
 STATEMENTS = statements(
     "?",
-    insert_points=ManyRows(f"INSERT INTO points ({POINT_COLUMNS}) VALUES {{values}}", "(?, ?, ?, ?, ?, ?, 0.0)"),
+    insert_points=chunks.ChunkWriter(),
+    chunked=True,
+    max_point_id=chunks.MAX_ID,
     insert_series=ManyRows(
         f"INSERT INTO series ({SERIES_COLUMNS}) VALUES {{values}} {SERIES_CONFLICT}", "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ),

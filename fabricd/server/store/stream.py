@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES, Layout, ScrapeRows
+from fabricd.server.store import chunks
 from fabricd.server.store.identities import Identities, Identity
 from fabricd.server.store.records import KEEP_MAX, SHARE, Committed, Delivery, Keep, PointRow
 from fabricd.server.store.sql import Database
@@ -68,7 +69,10 @@ class Stream:
 
     def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
         with self.db.cursor() as cur:
-            found = self.db.fetch(cur, self.db.sql.read_points, (cursor, limit))
+            if self.db.sql.chunked:
+                found = chunks.after(cur, cursor, limit)
+            else:
+                found = self.db.fetch(cur, self.db.sql.read_points, (cursor, limit))
             idents = self.identities.load(cur, {row[1] for row in found})
         upto = found[-1][0] if found else cursor
         return deliveries([row[1:] for row in found], idents, keep), upto

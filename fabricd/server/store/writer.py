@@ -185,7 +185,7 @@ class GroupCommitWriter:
         rows: list[PointRow] = []
         if batch.samples:
             rows = point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
-            sql.insert_points.run(cur, rows)
+            sql.insert_points.write(cur, batch.node, rows)
             job.sids = tuple(cast(list[int], sids))
         new = added.count - known.count if added is not None else 0
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows

@@ -1,0 +1,49 @@
+"""Every raw point a database holds, whatever its layout: rows of ``points`` (PostgreSQL) or chunks
+(SQLite, ``fabricd/server/store/chunks.py``), for tests that count or compare what was stored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine
+
+from fabricd.server.store import chunks
+
+ALL = 1 << 62
+RawPoint = tuple[
+    int, int, float, float, float | None, str, float | None
+]  # id, series id, ts, value, rate, status, since
+
+
+def raw_points(engine: Engine) -> list[RawPoint]:
+    """(id, series id, ts, value, rate, status, since) of every raw point, in id order."""
+    with engine.connect() as conn:
+        return raw_points_of(conn.connection.driver_connection)
+
+
+def raw_points_of(dbapi: Any) -> list[RawPoint]:
+    """The same from a DBAPI connection (sqlite3 or psycopg)."""
+    cur = dbapi.cursor()
+    try:
+        if _has_chunks(dbapi, cur):
+            return [tuple(p) for p in chunks.after(cur, 0, ALL)]
+        cur.execute("SELECT id, series_id, ts, value, rate, status, since FROM points WHERE step = 0.0 ORDER BY id")
+        return [tuple(r) for r in cur.fetchall()]
+    finally:
+        cur.close()
+
+
+def raw_points_by_series(dbapi: Any) -> list[tuple[str, str, str, str, str, float]]:
+    """(node, source, device, port, counter, ts) of every raw point, in id order."""
+    cur = dbapi.cursor()
+    cur.execute("SELECT id, node, source, device, port, counter FROM series")
+    series = {r[0]: tuple(r[1:]) for r in cur.fetchall()}
+    cur.close()
+    return [(*series[p[1]], p[2]) for p in raw_points_of(dbapi)]
+
+
+def _has_chunks(dbapi: Any, cur: Any) -> bool:
+    if type(dbapi).__module__.startswith("psycopg"):
+        return False
+    cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (chunks.TABLE,))
+    return cur.fetchone() is not None
