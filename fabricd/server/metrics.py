@@ -149,7 +149,7 @@ class ServerMetrics:
         left = set(state.left_out)
         for node in self._left_out - left:
             self.node_left_out.remove(node)
-        for node in left:
+        for node in left - self._left_out:  # those already out keep their 1: a step wakes per batch
             self.node_left_out.labels(node).set(1)
         self._left_out = left
         if state.late_samples > late_before:
