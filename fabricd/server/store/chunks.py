@@ -13,7 +13,7 @@ values' cursor, ``nodes.last_point_id``), and ``last_insert_rowid()`` is still t
 point id. Ids are given under the write lock, the highest id given so far plus the batch's point
 count, so they follow commit order and never go back, even when maintenance has deleted every
 chunk. Readers: the stream past a cursor (``after``), the latest values' replay (``replay``), a
-series' history (``of_series``) and maintenance (``before``). Folded
+series' history (``of_series``) and maintenance (``take_node_before``, ``delete_before``). Folded
 points (``step > 0``) stay rows of ``points``: there are few of them.
 
 PostgreSQL keeps a row per point in time partitions (``partitions.py``): ``COPY`` costs its client

@@ -137,7 +137,8 @@ UPSERT_NODE = (
 SERIES_COLUMNS = "node, source, device, port, counter, labels, name, unit, kind"
 SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING"
 
-# The condition that keeps a newer latest value: a spooled backlog drains after live data, and an old point must never replace a newer latest.
+# The condition that keeps a newer latest value: a spooled backlog drains after live data, and an
+# old point must never replace a newer latest.
 SET_LATEST = (
     "UPDATE series SET latest_ts = v.ts, latest_value = v.value, latest_rate = v.rate, latest_status = v.status, "
     "latest_since = v.since FROM {source} WHERE series.id = v.id AND (series.latest_ts IS NULL OR series.latest_ts <= v.ts)"

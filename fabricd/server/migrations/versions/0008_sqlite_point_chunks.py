@@ -42,10 +42,10 @@ def upgrade() -> None:
     )
     op.execute(f"CREATE INDEX ix_point_chunks_node_ts ON {chunks.TABLE} (node, ts_min, ts_max)")
     op.execute(f"CREATE INDEX ix_point_chunks_ts ON {chunks.TABLE} (ts_min, node)")
-    cur = _cursor()
+    cur, raw = _cursor(), _cursor()
     top = cur.execute("SELECT coalesce(max(id), 0) FROM points").fetchone()[0]
     run: list[tuple[Any, ...]] = []
-    for row in cur.execute(_RAW).fetchall():
+    for row in raw.execute(_RAW):  # stepped lazily: a large database's points are never all in memory
         if run and (row[1] != run[-1][1] or row[0] != run[-1][0] + 1 or len(run) == CHUNK_POINTS):
             _write(cur, run)
             run = []
@@ -80,8 +80,9 @@ def downgrade() -> None:
     if op.get_bind().dialect.name != "sqlite":
         return
     cur = _cursor()
-    rows = cur.execute(f"SELECT id, count, points, ids FROM {chunks.TABLE} ORDER BY id").fetchall()
-    for last_id, count, blob, ids in rows:
+    for last_id, count, blob, ids in _cursor().execute(
+        f"SELECT id, count, points, ids FROM {chunks.TABLE} ORDER BY id"
+    ):
         cur.executemany(
             "INSERT INTO points (id, series_id, ts, value, rate, status, since, step) VALUES (?, ?, ?, ?, ?, ?, ?, 0.0)",
             chunks.unpack(last_id, count, blob, ids),
