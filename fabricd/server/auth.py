@@ -60,13 +60,8 @@ class Authenticator:
         cache), else None: then ``authenticate`` decides, off the event loop."""
         if not self.enabled:
             return ANONYMOUS
-        if not token:
-            return None
-        with self._lock:
-            hit = self._cache.get(token)
-        if hit is None or hit[0] <= self.clock() or hit[1] is None:
-            return None
-        return self._principal(hit[1])
+        hit = self._fresh(token) if token else None
+        return self._principal(hit[1]) if hit is not None and hit[1] is not None else None
 
     def authenticate(self, token: str | None) -> Principal:
         if not self.enabled:
@@ -87,12 +82,16 @@ class Authenticator:
     def _principal(info: TokenInfo) -> Principal:
         return Principal(info.role, info.node, f"token:{info.id}" + (f" ({info.note})" if info.note else ""))
 
-    def _lookup(self, token: str) -> TokenInfo | None:
-        now = self.clock()
+    def _fresh(self, token: str) -> tuple[float, TokenInfo | None] | None:
+        """The token's cache entry while it lives (its record, or None for a refused token)."""
         with self._lock:
             hit = self._cache.get(token)
-        if hit is not None and hit[0] > now:
+        return hit if hit is not None and hit[0] > self.clock() else None
+
+    def _lookup(self, token: str) -> TokenInfo | None:
+        if (hit := self._fresh(token)) is not None:
             return hit[1]
+        now = self.clock()
         info = self.tokens.find(token)
         with self._lock:
             if len(self._cache) > 10_000:  # wrong tokens must not grow this without bound

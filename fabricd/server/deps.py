@@ -20,8 +20,9 @@ _bearer = HTTPBearer(auto_error=False, description="a token from `fabricd token 
 
 # Every provider here is ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a
 # worker-thread hop per dependency per request (the ingest route took three, and the hops' handoffs
-# were a tenth of the event loop's CPU under load, docs/storage.md "The HTTP path"). These only look
-# up attributes; the one that may query the database (a token not in the cache) hops explicitly.
+# were a tenth of the event loop's GIL time with 8 agents posting, py-spy --gil; CHANGELOG). These
+# only look up attributes; the one that may query the database (a token not in the cache) hops
+# explicitly.
 async def services(request: Request) -> Services:
     return request.app.state.services
 

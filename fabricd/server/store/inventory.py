@@ -105,8 +105,10 @@ class Inventory:
         )
         with self.db.engine.connect() as conn:
             found = [PointRecord(*row) for row in conn.execute(q)]
+            if not self.db.sql.chunked:
+                return found
             node = conn.execute(select(_S.c.node).where(_S.c.id == series_id)).scalar()
-        if not self.db.sql.chunked or node is None:
+        if node is None:
             return found
         # SQLite: the table holds the folded points, the raw ones are in their batches' chunks.
         with self.db.cursor() as cur:

@@ -45,11 +45,12 @@ class Maintenance:
         if self.partitioned:
             folded, written, dropped = self._partitions(now, cutoff, step, retention)
             points = _STRAYS
-        elif self.db.sql.chunked:
+        if self.db.sql.chunked:  # SQLite: every raw point is in a chunk, none is a row of points
             folded, written = self._fold_chunks(cutoff, step)
-        for sid, kind in self._series_with_raw_before(points, cutoff):
-            n, w = self._downsample_series(points, sid, kind, cutoff, step)
-            folded, written = folded + n, written + w
+        else:
+            for sid, kind in self._series_with_raw_before(points, cutoff):
+                n, w = self._downsample_series(points, sid, kind, cutoff, step)
+                folded, written = folded + n, written + w
         with self.db.write_lock, self.db.engine.begin() as conn:
             dp = conn.execute(delete(points).where(points.c.ts < now - retention)).rowcount
             db = conn.execute(delete(_B).where(_B.c.received_ts < now - retention)).rowcount
