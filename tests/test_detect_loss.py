@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from fabricd.detect import DetectionEngine
+from fabricd.detect.feed import Detection
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample
 from fabricd.topology import fat_tree
 from tests.support.series import Cluster, counter, gauge, path_oracle, replay
@@ -175,6 +177,78 @@ def test_probes_to_a_restarted_agent_are_unanswerable_not_lost() -> None:
     assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=starts(False)))) == [
         (IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")
     ]
+
+
+def _delivered(
+    c: Cluster,
+    rounds: int,
+    pairs: Callable[[float, str, str], tuple[float, float]],
+    extra: Callable[[float, str], list[Sample]],
+    silent: Mapping[str, tuple[int, int]],
+) -> list[Incident]:
+    """The rounds through settlement, as the central runs them (``fabricd.detect.feed``): each
+    node's scrape arrives a second after its event time, but those of ``silent[node] = (first,
+    end)``, which never arrive (an agent down: nothing of it is spooled)."""
+    detection = Detection(engine())
+    detection.expect(c.nodes, c.start)
+    changes: list[Incident] = []
+    for batch in c.rounds(rounds, pairs=pairs, extra=extra):
+        ts = batch[0][1].ts
+        by_node: dict[str, list[Sample]] = {}
+        for node, sample in batch:
+            by_node.setdefault(node, []).append(sample)
+        for node, samples in by_node.items():
+            first, end = silent.get(node, (rounds, rounds))
+            if not first <= step(ts, c) < end:
+                detection.offer(node, samples, ts + 1.0)
+        for tick in (ts + 1.0, ts + 4.0, ts + 7.0):
+            changes.extend(copy.deepcopy(detection.tick(tick)))
+    return changes
+
+
+def test_an_agent_restarted_slower_than_the_lateness_is_silent_and_its_pairs_say_nothing() -> None:
+    """node-006's agent stops after its scrape at step 19 and is back only for step 22, past the
+    lateness (0.5 x 10 s + 5 s): settlement leaves it out and goes on with its peers' scrapes, which
+    lost every probe to it, before its new responder start is known. While it is left out nothing
+    says whether a new instance began, so its pairs are not observed, and nothing opens (before,
+    link_flap opened on its healthy host link, as in the routed lab under CI's load). The same
+    losses to a node delivering throughout, with its old start, are an outage and open."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    restarted, stop, back = "node-006", 20, 22
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return ({stop: 1.0, stop + 1: 1.0, back: 0.3}.get(step(ts, c), 0.0) if dst == restarted else 0.0, 20e-6)
+
+    def starts(restarts: bool) -> Callable[[float, str], list[Sample]]:
+        def samples(ts: float, node: str) -> list[Sample]:
+            start = c.start - 3600.0
+            if node == restarted and restarts and step(ts, c) >= back:
+                start = c.start + back * c.interval - 3.0
+            return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
+
+        return samples
+
+    assert opened(_delivered(c, 40, pairs, starts(True), {restarted: (stop, back)})) == []
+    assert opened(_delivered(c, 40, pairs, starts(False), {})) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]
+
+
+def test_a_node_gone_for_good_is_left_out_not_a_lossy_host_link() -> None:
+    """node-006 (host and agent) dies after step 19: its peers lose every probe to it from then on.
+    Settlement leaves it out (reported: ``fabricd_detection_node_left_out``); its host link is not
+    blamed for a dead host, and the fleet's real fault later is still found."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    dead, fault = "node-006", "leaf-03~spine-02"
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        if dst == dead and step(ts, c) >= 20:
+            return (1.0, 20e-6)
+        lossy = 30 <= step(ts, c) < 45 and fault in ORACLE(src, dst) and dead not in (src, dst)
+        return (0.02 if lossy else 0.0, 20e-6)
+
+    def none(ts: float, node: str) -> list[Sample]:
+        return []
+
+    assert opened(_delivered(c, 60, pairs, none, {dead: (20, 60)})) == [(IncidentKind.PACKET_LOSS, fault)]
 
 
 def test_probe_loss_still_draining_after_a_loss_fault_is_not_a_second_incident_elsewhere() -> None:

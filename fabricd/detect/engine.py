@@ -117,11 +117,13 @@ class DetectionEngine:
         """``process_scrapes`` for samples one by one with their nodes."""
         return self.process_scrapes(_by_node(samples), now)
 
-    def process_scrapes(self, scrapes: Sequence[Scrape], now: float) -> list[Incident]:
+    def process_scrapes(self, scrapes: Sequence[Scrape], now: float, silent: Collection[str] = ()) -> list[Incident]:
         """One settled moment (``fabricd.detect.settle``): every sample up to event time ``now``, as
         the nodes' scrapes, evaluated once at ``now``. Late samples (older than earlier moments)
-        are folded in."""
+        are folded in. ``silent``: the nodes settlement left out of it (their agents unheard past
+        the lateness), whose probe responders may be down too (``Responders.silent``)."""
         changed: dict[str, Incident] = {}
+        self.responders.silent = frozenset(silent)
         self._absorb(scrapes, changed, rounds=False)
         self._round_ts = max(self._round_ts, now)
         self._evaluate(self._round_ts, changed)

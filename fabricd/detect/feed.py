@@ -50,5 +50,5 @@ class Detection:
         changed: list[Incident] = []  # every version in order: a sink sees each transition
         for moment in moments:
             self.moments += 1
-            changed.extend(self.engine.process_scrapes(moment.scrapes, moment.ts))
+            changed.extend(self.engine.process_scrapes(moment.scrapes, moment.ts, moment.left_out))
         return changed

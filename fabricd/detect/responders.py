@@ -24,6 +24,15 @@ reply. A pair that was answered and then loses everything is an outage (``probe_
 counts. The answered pairs live in memory: after the central's restart a pair is judged again from
 its first answered scrape.
 
+A peer that settlement left out of the moment (its agent unheard past the lateness,
+``fabricd.detect.settle``) is ``silent``: the pairs to it are not observed while it is. Its agent
+may be down, responder and all, and until it is heard again nothing says whether a new instance
+began (an agent restarted slower than the lateness: its start arrives after its peers' losses were
+judged, and packet_loss opened on its healthy host link) or the old one is still answering (only
+its delivery to the central is cut, as the management network is not the fabric). A node that
+never comes back is a dead host or agent, reported as left out (``fabricd_detection_node_left_out``),
+not a lossy host link; its own counters, spooled, speak for its link once it delivers them.
+
 Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
 start in the same moment. Loss observations are held until the moment's records are all read
 (``hold``, ``release``). A peer whose agent has never reported (a node without fabricd, or one whose
@@ -60,6 +69,7 @@ class Responders:
     held: list[tuple[str, str, str, Labels, float, float, float]] = field(default_factory=list)
     scraped: dict[tuple[str, str], float] = field(default_factory=dict)  # (prober, peer) -> its last loss scrape
     answered: set[tuple[str, str]] = field(default_factory=set)  # pairs with a reply seen in some scrape
+    silent: frozenset[str] = frozenset()  # nodes left out of the moment being read (the module's doc)
 
     def started(self, node: str, ts: float, start: float) -> None:
         """``node``'s scrape at ``ts`` says its responder has answered since ``start``."""
@@ -85,12 +95,13 @@ class Responders:
 
     def release(self, signal: str, observe: Observe) -> None:
         """Observe the held losses of pairs whose peer was answering throughout their scrape, once
-        the pair has been answered at all."""
+        the pair has been answered at all and while the peer is heard from."""
         held, self.held = self.held, []
+        silent = self.silent
         for node, peer, port, labels, since, ts, value in held:
             if value < 1.0:
                 self.answered.add((node, peer))
             elif (node, peer) not in self.answered:
                 continue  # never answered yet: no responder there, not loss
-            if not self.unanswerable(peer, since, ts):
+            if peer not in silent and not self.unanswerable(peer, since, ts):
                 observe(signal, node, peer, port, labels, ts, value)
