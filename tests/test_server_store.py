@@ -771,6 +771,37 @@ def test_the_series_a_batch_creates_reach_the_readers_as_the_table_has_them(stor
     event.remove(store.engine, "checkout", count)
 
 
+def test_nodes_with_the_same_series_share_one_identity_reading_and_the_readings_are_bounded(
+    store: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The identity cache keeps one ``Reading`` per distinct series of the fleet, whatever its node
+    (a fleet's nodes repeat the same few hundred): learned from the writer or read from the table,
+    equal series of two nodes are the same object, and the shared readings stay bounded."""
+    from fabricd.server.store import identities
+
+    for node in ("r1", "r2"):
+        store.writer.ingest(make_batch(node, "a", [ib_sample(T0), ib_sample(T0, device="mlx5_1")]), T0, 10)
+    with store.engine.connect() as conn:
+        ids = dict(conn.execute(text("SELECT node || '/' || device, id FROM series WHERE node LIKE 'r_'")).all())
+    for cache in (store.stream.identities, Identities(store.stream.db)):  # from the writer; from the table
+        got = cache.of(set(ids.values()))
+        assert got[ids["r1/mlx5_0"]][1] is got[ids["r2/mlx5_0"]][1]
+        assert got[ids["r1/mlx5_0"]][0] == "r1" and got[ids["r2/mlx5_0"]][0] == "r2"
+        assert got[ids["r1/mlx5_0"]][1] is not got[ids["r1/mlx5_1"]][1]
+        assert got[ids["r1/mlx5_1"]][1].device == "mlx5_1" and got[ids["r1/mlx5_1"]][1].value == 0.0
+    monkeypatch.setattr(identities, "READING_CACHE_MAX", 2)
+    readings = identities.Readings()
+    columns = [
+        ("infiniband", f"mlx5_{k}", "1", "port_xmit_data", "port_transmit_data", "bytes", "counter", "{}")
+        for k in range(3)
+    ]
+    first = readings.of(columns[0])
+    assert readings.of(columns[0]) is first
+    readings.of(columns[1])
+    readings.of(columns[2])  # a third: the cache starts again
+    assert len(readings._by_columns) == 1 and readings.of(columns[0]) is not first and readings.of(columns[0]) == first
+
+
 def test_the_stream_head_follows_the_writer_without_asking_the_database(
     store: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -839,6 +870,28 @@ def test_a_group_the_database_fails_is_refused_whole_and_not_written_again(store
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM ingested_batches")).scalar() == 0
     assert store.writer.ingest(make_batch("n0", "a", [ib_sample(T0)]), T0, 3) == IngestResult("a", 1, False, 1)
+
+
+def test_new_series_take_their_returned_ids_and_one_another_writer_created_is_read_back(store: Storage) -> None:
+    """A node's new series get the ids their ``INSERT .. RETURNING`` gave, with no read of the node's
+    series after it; a series another writer (a replica) created after this one cached the node's is
+    not returned (``ON CONFLICT DO NOTHING``), so the node's series are read back, and the batch's
+    points land on that series, not on a second one. Labels in any order name one series."""
+    other = Storage.open(store.engine)  # the other replica: its own writer and cache
+    labeled = ib_sample(T0 + 10, device="mlx5_3", labels=(("z", "1"), ("a", "2")))
+    assert store.writer.ingest(make_batch("n0", "a", [ib_sample(T0)]), T0, 10) == IngestResult("a", 1, False, 1)
+    assert other.writer.ingest(make_batch("n0", "b", [ib_sample(T0, device="mlx5_1")]), T0, 10).new_series == 1
+    both = [ib_sample(T0 + 10), ib_sample(T0 + 10, device="mlx5_1"), ib_sample(T0 + 10, device="mlx5_2"), labeled]
+    assert store.writer.ingest(make_batch("n0", "c", both), T0 + 10, 10) == IngestResult("c", 4, False, 2)
+    again = [ib_sample(T0 + 20, device="mlx5_2"), ib_sample(T0 + 20, device="mlx5_3", labels=(("a", "2"), ("z", "1")))]
+    assert store.writer.ingest(make_batch("n0", "d", again), T0 + 20, 10) == IngestResult("d", 2, False, 0)
+    with store.engine.connect() as conn:
+        ids = dict(conn.execute(text("SELECT device, id FROM series WHERE node = 'n0'")).all())
+    assert sorted(ids) == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    stored = sorted((sid, ts) for _, sid, ts, *_ in raw_points(store.engine))
+    want = [(ids["mlx5_0"], T0), (ids["mlx5_1"], T0), (ids["mlx5_0"], T0 + 10), (ids["mlx5_1"], T0 + 10)]
+    want += [(ids["mlx5_2"], T0 + 10), (ids["mlx5_3"], T0 + 10), (ids["mlx5_2"], T0 + 20), (ids["mlx5_3"], T0 + 20)]
+    assert stored == sorted(want)
 
 
 def test_a_batch_the_database_refuses_by_a_constraint_is_an_error_not_a_duplicate(store: Storage) -> None:

@@ -18,6 +18,10 @@ from fabricd.server.store.sql import Database
 
 # Series identities kept: ~200 bytes each, so ~200 MB at most.
 IDENTITY_CACHE_MAX = 1_000_000
+# Distinct readings kept, shared by every node that has the series: a fleet's nodes repeat the same
+# few hundred (source, device, port, counter, labels), so this is ~1,000 at 10,000 nodes; a pingmesh
+# series names its peer as its device, ~100 more per peer list. Bounded all the same.
+READING_CACHE_MAX = 200_000
 _CHUNK = 2000  # ids per query: under both drivers' parameter limits
 
 Identity = tuple[str, Reading]  # node, reading with value 0
@@ -27,17 +31,18 @@ class Identities:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._cache: dict[int, Identity] = {}
+        self._readings = Readings()
 
     def committed(self, batches: Sequence[Committed]) -> None:
         """The writer's post-commit hook: the series the batches created, as the writer inserted
         them, so that no reader queries a new series back (at 500 nodes that query was a third of
         the detection loop's read on a fleet's first scrape: docs/storage.md). Subscribed before
         the readers that follow the writer, so they find them."""
-        cache = self._cache
+        cache, reading = self._cache, self._readings.of
         for b in batches:
             if b.series and len(cache) + len(b.series) <= IDENTITY_CACHE_MAX:  # else read when needed
                 for sid, node, *rest in b.series:
-                    cache[sid] = (sys.intern(node), _identity_reading(*rest))
+                    cache[sid] = (sys.intern(node), reading(tuple(rest)))
 
     def of(self, ids: set[int]) -> dict[int, Identity]:
         """A mapping that holds every id of ``ids`` that exists; opens a connection only when one
@@ -59,9 +64,29 @@ class Identities:
             missing = list(ids)
         for start in range(0, len(missing), _CHUNK):
             cur.execute(*self.db.sql.series_identity(missing[start : start + _CHUNK]))
+            reading = self._readings.of
             for sid, node, *rest in cur.fetchall():  # the columns of ``records.SeriesRow``
-                cache[sid] = (sys.intern(node), _identity_reading(*rest))
+                cache[sid] = (sys.intern(node), reading(tuple(rest)))
         return cache
+
+
+class Readings:
+    """One identity ``Reading`` per distinct series identity of the fleet, whatever its node: a
+    node's first scrape built 480 of them, a fifth of the service's GIL time at a fleet's start
+    (1,000 nodes over HTTP, py-spy), most of them equal to another node's. They are shared as
+    readings (``Keep``'s SHARE) and never changed."""
+
+    def __init__(self) -> None:
+        self._by_columns: dict[tuple[str, ...], Reading] = {}
+
+    def of(self, columns: tuple[str, ...]) -> Reading:
+        """The reading of the series columns (source, device, port, counter, name, unit, kind, labels)."""
+        r = self._by_columns.get(columns)
+        if r is None:
+            if len(self._by_columns) >= READING_CACHE_MAX:
+                self._by_columns.clear()
+            r = self._by_columns[columns] = _identity_reading(*columns)
+        return r
 
 
 def _identity_reading(

@@ -26,9 +26,11 @@ class ArrayRows:
     def __init__(self, sql: str) -> None:
         self.sql = sql
 
-    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
-        if rows:
-            cur.execute(self.sql, [list(column) for column in zip(*rows, strict=True)])
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        if not rows:
+            return []
+        cur.execute(self.sql, [list(column) for column in zip(*rows, strict=True)])
+        return cur.fetchall() if cur.description is not None else []
 
 
 class CopyRows:

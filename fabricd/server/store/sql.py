@@ -21,9 +21,10 @@ LATEST_CURSOR = "latest"  # cursors row: every raw point up to here has its late
 
 
 class RowWriter(Protocol):
-    """Runs one statement over many rows on a DBAPI cursor (a bulk insert or update)."""
+    """Runs one statement over many rows on a DBAPI cursor (a bulk insert or update); returns the
+    rows its ``RETURNING`` clause gave, if it has one, in no particular order."""
 
-    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]: ...
 
 
 class PointWriter(Protocol):
@@ -135,7 +136,9 @@ UPSERT_NODE = (
 
 # A node's new series; a series another replica added meanwhile is kept as it is.
 SERIES_COLUMNS = "node, source, device, port, counter, labels, name, unit, kind"
-SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING"
+# The new series' ids come back with their keys (a multi-row RETURNING's order is unspecified); a
+# series another replica created meanwhile is not returned, and the writer reads the node's back.
+SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING RETURNING id, source, device, port, counter, labels"
 
 # The condition that keeps a newer latest value: a spooled backlog drains after live data, and an
 # old point must never replace a newer latest.

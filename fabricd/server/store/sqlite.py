@@ -39,12 +39,15 @@ class ManyRows:
             sql = self._texts[rows] = self.template.format(values=", ".join([self.row] * rows))
         return sql
 
-    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
-        start, n = 0, len(rows)
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        start, n, out = 0, len(rows), []
         while start < n:
             size = min(self.MAX_ROWS, 1 << ((n - start).bit_length() - 1))
             cur.execute(self.text(size), [x for row in rows[start : start + size] for x in row])
+            if cur.description is not None:  # RETURNING: sqlite3 runs it as its rows are fetched
+                out += cur.fetchall()
             start += size
+        return out
 
 
 def _series_identity(ids: list[int]) -> tuple[str, Sequence[Any]]:

@@ -178,16 +178,15 @@ class GroupCommitWriter:
             cur.executemany(sql.upsert_health, health_rows(batch.node, batch.health))
         known = grown.get(batch.node) or self._known_series(cur, batch.node)
         sids = series_ids(batch.samples, known.ids)
-        added = None
+        added, new = None, 0
         if None in sids:
-            added = self._add_series(cur, job, sids, known)
+            added, new = self._add_series(cur, job, sids, known)
             sids = series_ids(batch.samples, added.ids)
         rows: list[PointRow] = []
         if batch.samples:
             rows = point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
             sql.insert_points.write(cur, batch.node, rows)
             job.sids = tuple(cast(list[int], sids))
-        new = added.count - known.count if added is not None else 0
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
     def _known_series(self, cur: Any, node: str) -> _NodeSeries:
@@ -203,27 +202,34 @@ class GroupCommitWriter:
         ids = {(src, dev, port, ctr, labels_of_json(labels)): sid for sid, src, dev, port, ctr, labels in cur}
         return _NodeSeries(ids, len(ids))
 
-    def _add_series(self, cur: Any, job: _Job, sids: list[int | None], known: _NodeSeries) -> _NodeSeries:
-        """Insert the batch's new series (after checking the limit); the node's ids, reloaded. The
-        new series' rows, with their ids, go to ``job.series``: the listeners learn their identities
-        from them (``Identities.committed``) instead of reading them back."""
+    def _add_series(self, cur: Any, job: _Job, sids: list[int | None], known: _NodeSeries) -> tuple[_NodeSeries, int]:
+        """Insert the batch's new series (after checking the limit); the node's ids with them, and
+        how many this batch created (not those another replica created meanwhile). The new series'
+        rows, with their ids, go to ``job.series``: the listeners learn their identities from them
+        (``Identities.committed``) instead of reading them back."""
         batch = job.batch
         fresh: dict[SeriesKey, Reading] = {}
         for sid, s in zip(sids, batch.samples, strict=True):
             if sid is None and not alias(known.ids, s.reading):
                 fresh.setdefault(series_key(batch.node, s.reading), s.reading)
         if not fresh:
-            return known
+            return known, 0
         if known.count + len(fresh) > job.limit:
             raise SeriesLimitExceeded(batch.node, job.limit, known.count, len(fresh))
-        self.db.sql.insert_series.run(cur, [(*k, r.metric, r.unit, r.kind.value) for k, r in fresh.items()])
-        grown = self._load_series(cur, batch.node)
-        grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
+        returned = self.db.sql.insert_series.run(cur, [(*k, r.metric, r.unit, r.kind.value) for k, r in fresh.items()])
+        made = {(src, dev, port, ctr, labels): sid for sid, src, dev, port, ctr, labels in returned}
+        if len(made) == len(fresh):  # each one new: its id came back with it
+            grown = _NodeSeries(dict(known.ids), known.count + len(made))
+        else:  # some were another replica's, created meanwhile: the node's series as stored
+            grown = self._load_series(cur, batch.node)
+            grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
         for (node, src, dev, port, ctr, labels), r in fresh.items():
-            sid = grown.ids[(src, dev, port, ctr, labels_of_json(labels))]
+            canonical = (src, dev, port, ctr, labels_of_json(labels))
+            sid = made.get((src, dev, port, ctr, labels)) or grown.ids[canonical]
+            grown.ids[canonical] = sid
             grown.ids[(src, dev, port, ctr, r.labels)] = sid  # a new series' own unsorted tuple too
             job.series.append((sid, node, src, dev, port, ctr, r.metric, r.unit, r.kind.value, labels))
-        return grown
+        return grown, len(made)
 
 
 class _Refused(Exception):
