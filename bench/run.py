@@ -579,7 +579,8 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
                 f"/metrics render, {nodes}-node fleet",
                 Stat.of([r["render"] for r in results]),
                 "s",
-                f"{nodes * PORTS_PER_NODE * COUNTERS_PER_PORT} series, all fresh",
+                f"the default (bounded) page of a fleet of {nodes * PORTS_PER_NODE * COUNTERS_PER_PORT} fresh series; "
+                "the full fleet view is opt-in",
             )
         )
     return rows
@@ -986,9 +987,11 @@ def write_docs(
     rows: list[Row], info: dict[str, str], doc: Path = REPO / "docs" / "benchmarks.md", only: list[str] | None = None
 ) -> None:
     """The table after ``<!-- bench:start -->``, with the run's machine and commit. A run of some
-    sections (``only``) replaces just their rows, and the rows of any section it measured besides
-    (``replica`` measures ``bus`` rows too), in place, each tagged with its commit and date, and
-    adds a line to the run note: the other sections' rows stay as their own runs left them."""
+    sections (``only``) replaces just their rows, and, of a section it measured besides
+    (``replica`` measures ``bus`` rows, ``ingest`` an ``exporter`` row), the rows it measured again,
+    in place, each tagged with its commit and date, and adds a line to the run note: every other
+    row stays as its own run left it (``ingest`` once dropped the bounded 10,000-node ``exporter``
+    row, which only ``exposition`` measures)."""
     text = doc.read_text() if doc.exists() else "# Benchmarks\n\n"
     head, marker, old = text.partition("<!-- bench:start -->")
     run = f"{info['date']}, commit `{info['commit']}`, {info['cpu']} ({info['cores']} cores), Python {info['python']}"
@@ -1000,18 +1003,28 @@ def write_docs(
     tagged = [{**r, "note": f"{r['note']} (`{info['commit']}`, {info['date']})".strip()} for r in rows]
     fresh = table(tagged).split("\n")
     header, by_section = fresh[:2], _rows_by_section(fresh[2:])
-    replaced = set(only) | set(by_section)
+    again = {_key(row): row for section, rows in by_section.items() if section not in only for row in rows}
     merged: list[str] = []
     for line in (line for line in lines if line.startswith("| ") and not line.startswith("| section |")):
-        section = line.split("|")[1].strip()
-        if section not in replaced:
+        section = _key(line)[0]
+        if section in only:
+            if section in by_section:  # the first old row of a section run again: its new rows here
+                merged.extend(by_section.pop(section))
+        elif section in by_section:  # measured besides: its rows measured again replace theirs
+            merged.append(again.pop(_key(line), line))
+        else:
             merged.append(line)
-        elif section in by_section:  # the first old row of a section run again: its new rows here
-            merged.extend(by_section.pop(section))
-    merged.extend(row for rest in by_section.values() for row in rest)
+    merged.extend(row for section, rows in by_section.items() if section in only for row in rows)
+    merged.extend(again.values())
     added = f"The {', '.join(only)} rows: `python bench/run.py --only {','.join(only)}` ({info['mode']}) on {run}."
     body = "\n".join(note).strip("\n") + "\n" + added + "\n\n" + "\n".join(header + merged) + "\n"
     doc.write_text(f"{head}<!-- bench:start -->\n{body}")
+
+
+def _key(line: str) -> tuple[str, str]:
+    """A table row's (section, measurement)."""
+    cells = line.split("|")
+    return cells[1].strip(), cells[2].strip()
 
 
 def _rows_by_section(lines: list[str]) -> dict[str, list[str]]:

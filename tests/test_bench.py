@@ -111,7 +111,9 @@ def test_an_unknown_section_is_named() -> None:
 def test_a_run_of_some_sections_replaces_only_their_rows_in_the_docs(tmp_path: Path) -> None:
     """``--only replica`` once rewrote the whole table, dropping every other section's rows: now it
     replaces that section's rows where they were, tags them with its commit, and notes the run. The
-    replica section measures bus rows too: those replace the bus rows, not add a second set."""
+    replica section measures bus rows too: those replace the bus rows it measured again, not add a
+    second set, and leave the section's other rows alone (``ingest`` measures one ``exporter`` row,
+    and dropped the bounded 10,000-node row that ``exposition`` measures)."""
     sys.path.insert(0, str(REPO / "bench"))
     import run as bench_run  # bench/run.py
 
@@ -120,7 +122,8 @@ def test_a_run_of_some_sections_replaces_only_their_rows_in_the_docs(tmp_path: P
         "# Benchmarks\n\nHow to read.\n\n<!-- bench:start -->\nLatest run (full): then.\n\n"
         "| section | measurement | median | min | max | runs | note |\n|---|---|---|---|---|---|---|\n"
         "| scrape | a | 1 s | 1 s | 1 s | 3 | kept |\n| replica | old | 2 s | 2 s | 2 s | 3 | gone |\n"
-        "| bus | b | 3 s | 3 s | 3 s | 3 | replaced too |\n| ingest | c | 5 s | 5 s | 5 s | 3 | kept too |\n"
+        "| bus | b | 3 s | 3 s | 3 s | 3 | replaced too |\n| bus | z | 7 s | 7 s | 7 s | 3 | another's |\n"
+        "| ingest | c | 5 s | 5 s | 5 s | 3 | kept too |\n"
     )
     info = {"date": "2026-12-04", "commit": "abc1234", "cpu": "CPU", "cores": "2", "python": "3.11", "mode": "full"}
     new = [
@@ -135,6 +138,7 @@ def test_a_run_of_some_sections_replaces_only_their_rows_in_the_docs(tmp_path: P
             "note": "n",
         },
         {"section": "bus", "what": "b", "median": 6.0, "min": 6.0, "max": 6.0, "unit": "s", "runs": 3, "note": "m"},
+        {"section": "bus", "what": "y", "median": 8.0, "min": 8.0, "max": 8.0, "unit": "s", "runs": 3, "note": "o"},
     ]
     bench_run.write_docs(new, info, docs, ["replica"])
     text = docs.read_text()
@@ -145,7 +149,10 @@ def test_a_run_of_some_sections_replaces_only_their_rows_in_the_docs(tmp_path: P
         ("scrape", "a"),
         ("replica", "new"),
         ("bus", "b"),
+        ("bus", "z"),
         ("ingest", "c"),
+        ("bus", "y"),
     ]
+    assert "| bus | z | 7 s | 7 s | 7 s | 3 | another's |" in text
     assert "| n (`abc1234`, 2026-12-04) |" in text and "| m (`abc1234`, 2026-12-04) |" in text
     assert "gone" not in text and "replaced too" not in text and "kept too" in text
