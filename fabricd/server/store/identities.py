@@ -72,7 +72,7 @@ class Identities:
 
 class Readings:
     """One identity ``Reading`` per distinct series identity of the fleet, whatever its node: a
-    node's first scrape built 480 of them, a fifth of the service's GIL time at a fleet's start
+    node's first scrape built 480 of them, 8 % of the service's GIL time at a fleet's start
     (1,000 nodes over HTTP, py-spy), most of them equal to another node's. They are shared as
     readings (``Keep``'s SHARE) and never changed."""
 
