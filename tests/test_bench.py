@@ -61,6 +61,8 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
         ("footprint", "fabricd agent peak RSS"),
         ("ingest", "ratio central / bare executemany, SQLite"),
         ("ingest", "ratio central / bare executemany, PostgreSQL"),
+        ("ingest", "central ingest at steady state, SQLite"),
+        ("ingest", "central ingest at steady state, PostgreSQL"),
         ("exporter", "/metrics render, 10-node fleet"),
         ("exposition", "ratio agent (collect + /metrics) / node_exporter"),
         ("exporter", "central /metrics render (bounded), 20-node fleet"),
@@ -83,6 +85,11 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     ingest = rows[("ingest", "central ingest, SQLite")]["median"]
     bare = rows[("ingest", "bare executemany, SQLite")]["median"]
     assert math.isclose(rows[("ingest", "ratio central / bare executemany, SQLite")]["median"], ingest / bare)
+    # the steady state is timed over the same run's later scrapes (smoke: 10 nodes x 2 scrapes)
+    steady = rows[("ingest", "central ingest at steady state, SQLite")]
+    assert steady["unit"] == "samples/s" and steady["note"].startswith(
+        "the same run's scrapes after the first (10 x 1)"
+    )
     agent = rows[("exposition", "fabricd agent per Prometheus scrape (collect + /metrics)")]["median"]
     ne = rows[("exposition", "node_exporter (infiniband only) over HTTP, CPU per scrape")]["median"]
     assert math.isclose(rows[("exposition", "ratio agent (collect + /metrics) / node_exporter")]["median"], agent / ne)
