@@ -85,10 +85,10 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     ingest = rows[("ingest", "central ingest, SQLite")]["median"]
     bare = rows[("ingest", "bare executemany, SQLite")]["median"]
     assert math.isclose(rows[("ingest", "ratio central / bare executemany, SQLite")]["median"], ingest / bare)
-    # the steady state is timed over the same run's later scrapes (smoke: 10 nodes x 2 scrapes)
+    # the steady state is timed over the same fleet's next scrapes, after the ingest row's
     steady = rows[("ingest", "central ingest at steady state, SQLite")]
     assert steady["unit"] == "samples/s" and steady["note"].startswith(
-        "the same run's scrapes after the first (10 x 1)"
+        "the same fleet's next 2 scrapes, after the row above"
     )
     agent = rows[("exposition", "fabricd agent per Prometheus scrape (collect + /metrics)")]["median"]
     ne = rows[("exposition", "node_exporter (infiniband only) over HTTP, CPU per scrape")]["median"]
