@@ -174,8 +174,8 @@ def test_the_discovered_topology_is_the_wiring(lab: Lab) -> None:
 # at once, which opened packet_loss or link_flap on its healthy host link. Its new responder start
 # says those probes were unanswerable (fabricd/detect/responders.py). An agent back later than the
 # settlement's lateness (0.5 x 2 s + 5 s here; CI's load once made a 3 s stop that long) is left out
-# first, and its peers' losses are judged before its new start is known: while it is left out, they
-# are not observed.
+# first: its peers' losses were judged before its new start arrived, and opened packet_loss. While
+# it is left out they are not observed now.
 RESTARTED = "gpu-b04"
 QUICK_SECONDS = 3.0  # a scrape and a half of the lab's
 PAST_LATENESS_SECONDS = 0.5 * INTERVAL_SECONDS + 5.0 + 2 * INTERVAL_SECONDS
