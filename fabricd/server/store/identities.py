@@ -55,7 +55,7 @@ class Identities:
 
     def load(self, cur: Any, ids: set[int]) -> dict[int, Identity]:
         """As ``of``, on an open DBAPI cursor."""
-        cache = self._cache
+        cache, reading = self._cache, self._readings.of
         missing = [sid for sid in ids if sid not in cache]
         if len(cache) + len(missing) > IDENTITY_CACHE_MAX:
             # Bounded memory for a huge fleet: start a new cache (a reader holding the old one keeps
@@ -64,7 +64,6 @@ class Identities:
             missing = list(ids)
         for start in range(0, len(missing), _CHUNK):
             cur.execute(*self.db.sql.series_identity(missing[start : start + _CHUNK]))
-            reading = self._readings.of
             for sid, node, *rest in cur.fetchall():  # the columns of ``records.SeriesRow``
                 cache[sid] = (sys.intern(node), reading(tuple(rest)))
         return cache
