@@ -21,6 +21,7 @@ from fabricd.server.store.storage import Storage
 from fabricd.settings import LimitSettings, ServerSettings
 from fabricd.topology import fat_tree, to_doc
 from tests.helpers import skip_or_fail
+from tests.support.points import written_latest
 from tests.support.server import backend_url, encoded, ib_sample, make_batch, pg_reachable, running
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -478,7 +479,7 @@ async def test_topology_status_and_probes(api: Api) -> None:
 
 
 async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: str, tmp_path: Path) -> None:
-    """In memory for /metrics and /ports; written to the series table by the flush loop, and by a
+    """In memory for /metrics and /ports; written to the table by the flush loop, and by a
     clean shutdown, so a restarted service starts from them."""
     app = create_app(settings_for(db_url, tmp_path, latest_flush_seconds=0.2))
     now = time.time()
@@ -499,9 +500,8 @@ async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: 
         assert "fabricd_store_latest_unflushed_series 6.0" in (await client.get("/metrics")).text
     try:
         with api.store.engine.connect() as conn:
-            written = dict(
-                conn.execute(text("SELECT name, latest_rate FROM series WHERE latest_ts = :ts"), {"ts": now + 10}).all()
-            )
+            names = dict(conn.execute(text("SELECT id, name FROM series")).all())
+            written = {names[sid]: row[3] for sid, row in written_latest(conn).items() if row[1] == now + 10}
     finally:
         api.store.engine.dispose()
     assert written["port_transmit_data"] == 3e9 and len(written) == 6

@@ -27,7 +27,7 @@ from fabricd.server.store.storage import Storage
 from fabricd.server.tables import Base
 from tests.helpers import skip_or_fail
 from tests.support.detectors import ImmediateDetector
-from tests.support.points import raw_points
+from tests.support.points import raw_points, written_latest
 from tests.support.server import backend_url, ib_sample, make_batch, pg_reachable
 
 T0 = 1_800_000_000.0
@@ -67,9 +67,9 @@ def test_migrations_create_exactly_the_table_models(store: Storage) -> None:
 
 
 @pytest.mark.postgres
-def test_series_pages_leave_room_for_hot_updates_on_postgresql(tmp_path: Path) -> None:
-    """The latest-value flush rewrites series rows: with free space in each page PostgreSQL keeps
-    the new version beside the old one (a HOT update) and writes none of the three indexes."""
+def test_the_latest_value_flush_rewrites_no_series_row_on_postgresql(tmp_path: Path) -> None:
+    """The flush writes a packed row per node (migration 0009): the series rows stay where they are
+    (no new row version, no index entry), and their pages are packed again (fillfactor reset)."""
     if not pg_reachable():
         skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
     with backend_url("postgres", tmp_path) as url:
@@ -77,7 +77,7 @@ def test_series_pages_leave_room_for_hot_updates_on_postgresql(tmp_path: Path) -
         try:
             db.prepare(engine)
             store = Storage.open(engine)
-            pages = text("SELECT id, (ctid::text::point)[0] FROM series ORDER BY id")
+            pages = text("SELECT id, ctid::text, xmin::text FROM series ORDER BY id")
             store.writer.ingest(
                 make_batch("n1", "a", [ib_sample(T0 + i, device=f"mlx5_{i}") for i in range(200)]), T0, 1000
             )
@@ -86,20 +86,17 @@ def test_series_pages_leave_room_for_hot_updates_on_postgresql(tmp_path: Path) -
             store.writer.ingest(
                 make_batch("n1", "b", [ib_sample(T0 + 10, device=f"mlx5_{i}") for i in range(200)]), T0, 1000
             )
-            store.latest.flush()  # writes every row once: room for one new version in each page
+            assert store.latest.flush() == 200
             with engine.connect() as conn:
                 options = conn.execute(
                     text("SELECT reloptions FROM pg_class WHERE oid = 'series'::regclass")
                 ).scalar_one()
                 after = conn.execute(pages).all()
+                written = written_latest(conn)
         finally:
             engine.dispose()
-    # The new versions stayed in their pages: 82 % of them here, the rest being the rows at the end
-    # of a page that no longer fit beside its other new versions; packed pages (fillfactor 100)
-    # keep none (measured: 164 of 200 vs. 0 of 200).
-    stayed = sum(a == b for a, b in zip(after, before, strict=True))
-    assert options == ["fillfactor=50"]
-    assert stayed >= 0.7 * len(before) and len({page for _id, page in before}) > 1
+    assert after == before and options is None
+    assert sorted(row[1] for row in written.values()) == [max(T0 + i, T0 + 10) for i in range(200)]
 
 
 def test_a_newer_schema_is_refused_with_a_clear_message(store: Storage) -> None:
@@ -152,10 +149,16 @@ def test_the_newest_point_of_each_series_wins_whatever_the_batches_hold(store: S
 
 
 def table_latest(store: Storage) -> dict[str, tuple[float | None, float | None]]:
-    """series device -> (latest_ts, latest_rate) as written in the series table."""
+    """series device -> (ts, rate) of its latest value as written to the table (``latest_chunks``,
+    a packed row per node); (None, None) where none is written."""
     with store.engine.connect() as conn:
-        rows = conn.execute(text("SELECT device, latest_ts, latest_rate FROM series")).all()
-    return {device: (ts, rate) for device, ts, rate in rows}
+        devices = conn.execute(text("SELECT id, device FROM series")).all()
+        written = {
+            row[0]: (row[1], row[3])
+            for _node, count, blob in conn.execute(text("SELECT node, count, points FROM latest_chunks"))
+            for row in chunks.rows(bytes(blob), count)
+        }
+    return {device: written.get(sid, (None, None)) for sid, device in devices}
 
 
 def latest_cursor(store: Storage) -> int:
@@ -246,14 +249,13 @@ def test_a_crash_between_flushes_loses_no_latest_value(store: Storage) -> None:
 def test_a_failed_flush_keeps_the_values_for_the_next_one(store: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
     store.writer.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0)]), T0, 100)
 
-    class Broken:
-        def run(self, cur: object, rows: object) -> None:
-            raise OSError("disk full")
-
     good = store.latest.db
-    broken = dataclasses.replace(good, sql=dataclasses.replace(good.sql, update_latest=Broken()))
-    monkeypatch.setattr(store.latest, "db", broken)
-    with pytest.raises(OSError, match="disk full"):
+    m = good.sql.mark
+    gone = f"INSERT INTO latest_chunks_gone (node, count, points) VALUES ({m}, {m}, {m})"
+    monkeypatch.setattr(
+        store.latest, "db", dataclasses.replace(good, sql=dataclasses.replace(good.sql, write_latest=gone))
+    )
+    with pytest.raises(Exception, match="latest_chunks_gone"):  # the driver's own error: no such table
         store.latest.flush()
     assert store.latest.unflushed() == 1 and latest_cursor(store) == 0
     monkeypatch.setattr(store.latest, "db", good)

@@ -2,7 +2,7 @@
 
 A replica's memory (``LatestValues``) follows its own writer only: the nodes of the partitions it
 stores, exactly and at once. Another replica's nodes it knows only as their owner last wrote them
-to the series table (``latest_*``, every ``latest_flush_seconds``), so a REST read on any replica
+to the table (``latest_chunks``, every ``latest_flush_seconds``), so a REST read on any replica
 shows them at most that old; after an owner is killed -9 the table keeps its last flush until the
 new owner's first points of a series (docs/operations.md, "Replicas").
 """
@@ -10,16 +10,10 @@ new owner's first points of a series (docs/operations.md, "Replicas").
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from fabricd.model import Sample
-from fabricd.server.store.latest import LatestValues, _samples
+from fabricd.server.store.latest import LatestValues, _samples, newest, stored_rows
 from fabricd.server.store.records import PointRow
-
-_TABLE = (
-    "SELECT node, id, latest_ts, latest_value, latest_rate, latest_status, latest_since FROM series "
-    "WHERE latest_ts IS NOT NULL AND latest_value IS NOT NULL"
-)
 
 
 class ReplicaLatest(LatestValues):
@@ -38,21 +32,28 @@ class ReplicaLatest(LatestValues):
         return sorted([*mine, *others], key=lambda pair: pair[0])  # by node; stable: ids stay in order
 
     def get(self, node: str, series_id: int) -> PointRow | None:
-        """Only for an owned node: otherwise the caller's table row is the newest there is."""
+        """Only for an owned node: another's is in the table (``stored``)."""
         return super().get(node, series_id) if self.owns(node) else None
 
     def _table(self, node: str | None, source: str | None, fresh_since: float | None) -> list[tuple[str, Sample]]:
-        sql, params = _TABLE, list[Any]()
-        if node is not None:
-            sql, params = sql + " AND node = %s", [node]
-        if fresh_since is not None:
-            sql, params = sql + " AND latest_ts >= %s", [*params, fresh_since]
-        if source is not None:
-            # In the query: the topology's LLDP lookup (every detection topology check) fetched
-            # every series of the fleet, and learned each one's identity, to keep a few hundred.
-            sql, params = sql + " AND source = %s", [*params, source]
         with self.db.cursor() as cur:
-            cur.execute(sql + " ORDER BY node, id", params)
-            rows: list[Any] = cur.fetchall()
-            idents = self.identities.load(cur, {row[1] for row in rows})
-        return _samples([tuple(row[1:]) for row in rows], idents)
+            by_node: dict[str, list[PointRow]] = {}
+            for name, rows in stored_rows(cur, self.db, None if node is None else [node]):
+                by_node.setdefault(name, []).extend(rows)
+            wanted = None
+            if source is not None:
+                # The topology's LLDP lookup (every detection topology check) wants a few hundred
+                # series: their ids from the series table, so no other series' identity is learned.
+                sql, params = f"SELECT id FROM series WHERE source = {self.db.sql.mark}", [source]
+                if node is not None:
+                    sql, params = f"{sql} AND node = {self.db.sql.mark}", [source, node]
+                cur.execute(sql, params)
+                wanted = {sid for (sid,) in cur.fetchall()}
+            rows = [
+                row
+                for name in sorted(by_node)
+                for row in sorted(newest(by_node[name]).values())
+                if (wanted is None or row[0] in wanted) and (fresh_since is None or row[1] >= fresh_since)
+            ]
+            idents = self.identities.load(cur, {row[0] for row in rows})
+        return _samples(rows, idents)

@@ -91,6 +91,8 @@ class Series(Base):
     unit: Mapped[str] = mapped_column(String(32))
     kind: Mapped[str] = mapped_column(String(16))
     labels: Mapped[str] = mapped_column(Text, default="{}")  # canonical JSON (sorted keys): part of the identity
+    # Written by releases before migration 0009 only (a replica in a rolling upgrade): the latest
+    # values are in ``latest_chunks`` now, and the readers take the newer of the two.
     latest_ts: Mapped[float | None] = mapped_column(Float, default=None)
     latest_value: Mapped[float | None] = mapped_column(Float, default=None)
     latest_rate: Mapped[float | None] = mapped_column(Float, default=None)
@@ -131,6 +133,17 @@ class PointChunk(Base):
     ts_max: Mapped[float] = mapped_column(Float)
     points: Mapped[bytes] = mapped_column(LargeBinary)
     ids: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # set once partly folded
+
+
+class LatestChunk(Base):
+    """The latest values' durable copy: a row per node, its series' newest points packed as a chunk
+    (``store/latest.py``, migration 0009). ``series.latest_*`` is what releases before it wrote."""
+
+    __tablename__ = "latest_chunks"
+
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)  # series in ``points``
+    points: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Incident(Base):

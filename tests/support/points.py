@@ -47,3 +47,12 @@ def _has_chunks(dbapi: Any, cur: Any) -> bool:
         return False
     cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (chunks.TABLE,))
     return cur.fetchone() is not None
+
+
+def written_latest(conn: Any) -> dict[int, tuple[Any, ...]]:
+    """Series id -> (series id, ts, value, rate, status, since) of the latest values as written to
+    the table (``latest_chunks``: a packed row per node) on a SQLAlchemy connection."""
+    from sqlalchemy import text
+
+    rows = conn.execute(text("SELECT count, points FROM latest_chunks")).all()
+    return {row[0]: row for count, blob in rows for row in chunks.rows(bytes(blob), count)}

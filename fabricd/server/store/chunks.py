@@ -77,21 +77,40 @@ def unpack(
     """The chunk's points as the stream reads them: (id, series id, ts, value, rate, status, since).
     Their ids are the ``count`` up to ``last_id``, or ``ids`` once maintenance has folded part of
     the chunk (``take_node_before``)."""
-    view, n = memoryview(blob), count
+    sids, ts, values, rates, since = _columns(blob, count, last_id, 5)
+    status = [_STATUS[c] for c in memoryview(blob)[40 * count :]]
+    columns = zip(_ids(last_id, count, ids), sids, ts, values, rates, status, since, strict=True)
+    return [(i, sid, t, v, None if r != r else r, s, None if c != c else c) for i, sid, t, v, r, s, c in columns]
+
+
+def rows(blob: bytes, count: int, where: object = "") -> list[PointRow]:
+    """The packed rows themselves: (series id, ts, value, rate, status, since). ``where`` names the
+    blob in the error a blob of the wrong size raises."""
+    sids, ts, values, rates, since = _columns(blob, count, where, 5)
+    status = [_STATUS[c] for c in memoryview(blob)[40 * count :]]
+    columns = zip(sids, ts, values, rates, status, since, strict=True)
+    return [(sid, t, v, None if r != r else r, s, None if c != c else c) for sid, t, v, r, s, c in columns]
+
+
+def series_times(blob: bytes, count: int, where: object = "") -> tuple[list[int], list[float]]:
+    """Only the series ids and times of packed rows: what a merge compares, without the rows."""
+    sids, ts = _columns(blob, count, where, 2)
+    return sids, ts
+
+
+def _columns(blob: bytes, n: int, where: object, wanted: int) -> list[list[Any]]:
+    """The first ``wanted`` of the five 8-byte columns, as lists."""
     if len(blob) != 41 * n:
-        raise ValueError(f"point chunk {last_id} holds {len(blob)} bytes, not the {41 * n} of {n} points")
-    sids, ts, values, rates, since = array("q"), array("d"), array("d"), array("d"), array("d")
-    arrays: tuple[array[Any], ...] = (sids, ts, values, rates, since)
-    for i, column in enumerate(arrays):
+        raise ValueError(f"point chunk {where} holds {len(blob)} bytes, not the {41 * n} of {n} points")
+    view = memoryview(blob)
+    out = []
+    for i, code in enumerate("qdddd"[:wanted]):
+        column = array(code)
         column.frombytes(view[8 * n * i : 8 * n * (i + 1)])
         if _SWAP:
             column.byteswap()
-    status = [_STATUS[c] for c in view[40 * n :]]
-    columns = zip(sids.tolist(), ts.tolist(), values.tolist(), rates.tolist(), status, since.tolist(), strict=True)
-    return [
-        (i, sid, t, v, None if r != r else r, s, None if c != c else c)
-        for i, (sid, t, v, r, s, c) in zip(_ids(last_id, n, ids), columns, strict=True)
-    ]
+        out.append(column.tolist())
+    return out
 
 
 def _ids(last_id: int, count: int, ids: bytes | None) -> list[int]:

@@ -94,7 +94,10 @@ class Inventory:
             q = q.where(or_(_S.c.counter == counter, _S.c.name == counter))
         with self.db.engine.connect() as conn:
             rows = conn.execute(q).all()
-        return [self._series_info(row) for row in rows]
+        # Not in memory: another replica's node (or none yet); its row of the table says the rest.
+        elsewhere = sorted({row.node for row in rows if self.latest.get(row.node, row.id) is None})
+        stored = self.latest.stored(elsewhere) if elsewhere else {}
+        return [self._series_info(row, stored) for row in rows]
 
     def points(self, series_id: int, since: float, until: float, limit: int = 10_000) -> list[PointRecord]:
         q = (
@@ -115,24 +118,17 @@ class Inventory:
             raw = [PointRecord(*p, 0.0) for p in chunks.of_series(cur, node, series_id, since, until)]
         return sorted(found + raw, key=lambda p: p.ts)[:limit]
 
-    def _series_info(self, row: Any) -> SeriesInfo:
+    def _series_info(self, row: Any, stored: dict[int, PointRow]) -> SeriesInfo:
         labels = _labels(row.labels)
         reading = Reading(
             row.source, row.device, row.port, row.counter, 0.0, row.unit, Kind(row.kind), labels, row.name
         )
-        point = self.latest.get(row.node, row.id) or _table_latest(row)
+        point = self.latest.get(row.node, row.id) or stored.get(row.id)
         if point is None:
             return SeriesInfo(row.id, row.node, reading, None)
         _sid, ts, value, rate, status, since = point
         r = Reading(row.source, row.device, row.port, row.counter, value, row.unit, reading.kind, labels, row.name)
         return SeriesInfo(row.id, row.node, reading, Sample(ts, r, rate, Status(status or "ok"), since))
-
-
-def _table_latest(row: Any) -> PointRow | None:
-    """The latest point as last flushed to the series row (``latest_*``), if any."""
-    if row.latest_ts is None or row.latest_value is None:
-        return None
-    return (row.id, row.latest_ts, row.latest_value, row.latest_rate, row.latest_status, row.latest_since)
 
 
 def _labels(text: str) -> tuple[tuple[str, str], ...]:

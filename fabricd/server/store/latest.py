@@ -4,10 +4,15 @@
 one series row per stored point made ingest pay a second, random write per point: on SQLite 2.2
 of 5.8 us a point, on PostgreSQL 15 of 23 us (no HOT update fits in packed series pages, so each
 update writes all three of its indexes), measured in docs/storage.md. Instead the writer's
-post-commit hook (``committed``) updates memory, and ``flush`` writes each changed series once,
-in large statements, off the ingest transaction. The newest point wins, as the old
-``latest_ts <= v.ts`` condition did: a spooled backlog drained after live data never replaces a
-newer value. ``latest_*`` in the series table is the durable copy.
+post-commit hook (``committed``) updates memory, and ``flush`` writes what changed off the ingest
+transaction. The newest point wins, as the old ``latest_ts <= v.ts`` condition did: a spooled
+backlog drained after live data never replaces a newer value.
+
+The durable copy is one row per node (``latest_chunks``, migration 0009): the node's newest points
+packed as a raw-point chunk is (``chunks.pack``). Writing them back as one series row each still
+cost 40 % of the server's CPU at steady state with a flush every second (an ``UPDATE`` a series:
+its bound parameters under the GIL, then a B-tree seek and a page write of a wide row); a node's
+row costs one pack and one write for its 480 series (docs/storage.md, "Latest values").
 """
 
 from __future__ import annotations
@@ -76,6 +81,11 @@ class LatestValues:
         self.load()
         return self._mem.get(node, series_id)
 
+    def stored(self, nodes: Sequence[str]) -> dict[int, PointRow]:
+        """The latest values of ``nodes`` as last written to the table, by series id."""
+        with self.db.cursor() as cur:
+            return newest(row for _node, rows in stored_rows(cur, self.db, nodes) for row in rows)
+
     def unflushed(self) -> int:
         """Series whose latest value is only in memory (``fabricd_store_latest_unflushed_series``)."""
         return self._mem.pending()
@@ -92,13 +102,13 @@ class LatestValues:
                     self._mem.load(cur, self.db)
 
     def flush(self, chunk: int = 20_000) -> int:
-        """Write the latest values changed since the last flush to the series table; returns how
-        many series rows were written.
+        """Write the nodes whose latest values changed since the last flush to the table (a row
+        each, with every series of the node); returns how many series had changed.
 
-        The point id cursor ``latest`` moves with the last chunk: every raw point up to it has its
-        latest value in the table, and ``load`` replays the points after it. On SQLite each chunk
-        takes the write lock (one writer), so ingest waits for a chunk, never for the whole flush;
-        PostgreSQL runs the chunks beside ingest, which never updates series rows.
+        The point id cursor ``latest`` moves with the last group: every raw point up to it has its
+        latest value in the table, and ``load`` replays the points after it. Nodes are written in
+        groups of about ``chunk`` series; on SQLite each group takes the write lock (one writer), so
+        ingest waits for a group, never for the whole flush; PostgreSQL runs them beside ingest.
         """
         self.load()
         with self.db.write_lock:
@@ -106,23 +116,90 @@ class LatestValues:
             upto = self.db.max_point_id()
         if not dirty and upto <= self._mem.flushed_upto:
             return 0
-        rows = list(dirty.values())
+        groups = _groups(sorted(dirty), self._mem.counts(None), chunk)
         try:
-            for start in range(0, max(1, len(rows)), chunk):
+            for i, names in enumerate(groups):
                 with self._chunk_cursor() as cur:
-                    self.db.sql.update_latest.run(cur, rows[start : start + chunk])
-                    if start + chunk >= len(rows):
+                    self._write(cur, names)
+                    if i == len(groups) - 1:
                         cur.execute(self.db.sql.upsert_cursor, (LATEST_CURSOR, upto))
         except BaseException:
-            self._mem.restore_dirty(dirty)  # written chunks are written again next time: harmless
+            self._mem.restore_dirty(dirty)  # written groups are written again next time: harmless
             raise
         self._mem.flushed_upto = upto
-        return len(rows)
+        return sum(len(sids) for sids in dirty.values())
+
+    def _write(self, cur: Any, names: list[str]) -> None:
+        """Each node's row: memory, merged with the stored row where another process may have
+        written it. With one writer (SQLite) memory was loaded from the table and every later point
+        went through it, so it is never older; a replica may hold an older view of a node another
+        replica owned until a takeover, and the newer of the two wins for each series."""
+        if not names:
+            return
+        mine = self._mem.snapshot(names)
+        if not self.db.sql.serial_writes:
+            sql, params = self.db.sql.latest_of(names, True)
+            cur.execute(sql, params)
+            for node, count, blob in cur.fetchall():
+                if newer := _newer_stored(mine[node], bytes(blob), count, node):
+                    self._mem.apply(node, newer, dirty=False)
+                    mine[node].update((row[0], row) for row in newer)
+        packed = [(node, len(rows), chunks.pack(list(rows.values()))[0]) for node, rows in mine.items() if rows]
+        cur.executemany(self.db.sql.write_latest, packed)
 
     @contextlib.contextmanager
     def _chunk_cursor(self) -> Iterator[Any]:
         with self.db.side_write_lock(), self.db.cursor(transaction=True) as cur:
             yield cur
+
+
+def _groups(names: list[str], counts: dict[str, int], series: int) -> list[list[str]]:
+    """``names`` in runs of about ``series`` series (at least one node a run; one empty run if none)."""
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name in names:
+        if groups[-1] and size + counts.get(name, 0) > series:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += counts.get(name, 0)
+    return groups
+
+
+def _newer_stored(mine: dict[int, PointRow], blob: bytes, count: int, node: str) -> list[PointRow]:
+    """The stored rows newer than memory's (or that memory lacks)."""
+    sids, times = chunks.series_times(blob, count, f"of the latest values of {node!r}")
+    get = mine.get
+    if all((m := get(sid)) is not None and m[1] >= t for sid, t in zip(sids, times, strict=True)):
+        return []
+    return [r for r in chunks.rows(blob, count, node) if (m := get(r[0])) is None or m[1] < r[1]]
+
+
+def stored_rows(cur: Any, db: Database, nodes: Sequence[str] | None) -> Iterator[tuple[str, list[PointRow]]]:
+    """(node, its rows) from the table: the packed rows, then the series rows' ``latest_*`` that a
+    release before migration 0009 wrote (a replica not yet upgraded, in a rolling upgrade); a node
+    can appear twice, and the newest point of a series wins (``_Latest.apply``, ``newest``)."""
+    if nodes is not None and not nodes:
+        return
+    sql, params = db.sql.latest_of(nodes, False)
+    cur.execute(sql, params)
+    for node, count, blob in cur.fetchall():
+        yield node, chunks.rows(bytes(blob), count, f"of the latest values of {node!r}")
+    legacy, params = db.sql.table_latest, []
+    if nodes is not None:
+        legacy, params = f"{legacy} AND node IN ({', '.join([db.sql.mark] * len(nodes))})", list(nodes)
+    cur.execute(legacy, params)
+    yield from _by_node(cur)
+
+
+def newest(rows: Iterable[PointRow]) -> dict[int, PointRow]:
+    """The newest row of each series id (on a tie the later one, as ``_Latest.apply``)."""
+    out: dict[int, PointRow] = {}
+    for row in rows:
+        old = out.get(row[0])
+        if old is None or old[1] <= row[1]:
+            out[row[0]] = row
+    return out
 
 
 def _samples(rows: Sequence[PointRow], idents: dict[int, Identity]) -> list[tuple[str, Sample]]:
@@ -142,7 +219,7 @@ class _Latest:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_node: dict[str, dict[int, PointRow]] = {}
-        self._dirty: dict[int, PointRow] = {}  # changed since the last flush
+        self._dirty: dict[str, set[int]] = {}  # series changed since the last flush, by node
         self.loaded = False
         self.flushed_upto = 0  # the point id cursor as of the last flush or load
 
@@ -151,20 +228,20 @@ class _Latest:
             mine = self._by_node.get(node)
             if mine is None:
                 mine = self._by_node[node] = {}
-            changed = self._dirty
+            changed = self._dirty.setdefault(node, set()) if dirty else set()
             for row in rows:
                 old = mine.get(row[0])
                 if old is None or old[1] <= row[1]:  # on a tie the later point wins, as the table did
                     mine[row[0]] = row
-                    if dirty:
-                        changed[row[0]] = row
+                    changed.add(row[0])
+            if dirty and not changed:
+                del self._dirty[node]
 
     def load(self, cur: Any, db: Database) -> None:
         cur.execute(db.sql.read_cursor, (LATEST_CURSOR,))
         found = cur.fetchone()
         upto = int(found[0]) if found else 0
-        cur.execute(db.sql.table_latest)
-        for node, group in _by_node(cur):
+        for node, group in stored_rows(cur, db, None):
             self.apply(node, group, dirty=False)
         # Stored after the last flush: a crash, or a kill -9.
         if db.sql.chunked:
@@ -209,21 +286,24 @@ class _Latest:
         with self._lock:
             return self._by_node.get(node, {}).get(sid)
 
-    def take_dirty(self) -> dict[int, PointRow]:
+    def snapshot(self, names: Sequence[str]) -> dict[str, dict[int, PointRow]]:
+        """A copy of the rows of each of ``names``."""
+        with self._lock:
+            return {name: dict(self._by_node.get(name, {})) for name in names}
+
+    def take_dirty(self) -> dict[str, set[int]]:
         with self._lock:
             dirty, self._dirty = self._dirty, {}
             return dirty
 
-    def restore_dirty(self, rows: dict[int, PointRow]) -> None:
+    def restore_dirty(self, dirty: dict[str, set[int]]) -> None:
         with self._lock:
-            for sid, row in rows.items():
-                newer = self._dirty.get(sid)
-                if newer is None or newer[1] < row[1]:
-                    self._dirty[sid] = row
+            for node, sids in dirty.items():
+                self._dirty.setdefault(node, set()).update(sids)
 
     def pending(self) -> int:
         with self._lock:
-            return len(self._dirty)
+            return sum(len(sids) for sids in self._dirty.values())
 
 
 def _in_order(rows: Iterable[PointRow], fresh_since: float | None) -> list[PointRow]:

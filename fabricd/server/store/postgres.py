@@ -1,7 +1,7 @@
 """PostgreSQL's side of the raw statements (psycopg 3, ``%s`` placeholders).
 
 Points go in by ``COPY`` in binary (``CopyRows``) into the time-partitioned ``points``
-(``partitions.py``), which routes each row to its partition; latest values in one statement with
+(``partitions.py``), which routes each row to its partition; new series in one statement with
 one array parameter per column (``ArrayRows``). The writer needs only the batch's last point id
 after the copy (``lastval()``: ``COPY`` fills ``id`` from the sequence's default in this session).
 Measured against ``executemany`` and ``unnest(arrays)``: docs/storage.md, "Bulk path".
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fabricd.server.store.sql import CLAIM_BATCH, SERIES_COLUMNS, SERIES_CONFLICT, SET_LATEST, UPSERT_NODE, statements
+from fabricd.server.store.sql import CLAIM_BATCH, LATEST_ROWS, SERIES_COLUMNS, SERIES_CONFLICT, UPSERT_NODE, statements
 
 
 class ArrayRows:
@@ -61,8 +61,13 @@ def _series_identity(ids: list[int]) -> tuple[str, Sequence[Any]]:
     )
 
 
-# %b: binary parameters; psycopg dumps a list in text form element by element with a regex.
-_ARRAYS = "unnest(%b::bigint[], %b::float8[], %b::float8[], %b::float8[], %b::text[], %b::float8[])"
+def _latest_of(nodes: Sequence[str] | None, lock: bool) -> tuple[str, Sequence[Any]]:
+    """``lock``: a replica's flush merges the stored row with its memory and writes it back; the
+    row lock keeps another replica (the node's owner before a takeover) from writing in between.
+    Locked in node order, so two flushes never wait on each other in a cycle."""
+    sql, params = (LATEST_ROWS, ()) if nodes is None else (f"{LATEST_ROWS} WHERE node = ANY(%s)", (list(nodes),))
+    return (f"{sql} ORDER BY node FOR UPDATE" if lock else sql), params
+
 
 STATEMENTS = statements(
     "%s",
@@ -74,7 +79,7 @@ STATEMENTS = statements(
     insert_series=ArrayRows(
         f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) {SERIES_CONFLICT}"
     ),
-    update_latest=ArrayRows(SET_LATEST.format(source=f"{_ARRAYS} AS v (id, ts, value, rate, status, since)")),
+    latest_of=_latest_of,
     chunked=False,
     max_point_id="SELECT max(id) FROM points",
     last_point_id="lastval()",

@@ -18,6 +18,10 @@ from typing import Any, Protocol
 from sqlalchemy import Engine
 
 LATEST_CURSOR = "latest"  # cursors row: every raw point up to here has its latest value in the table
+# The durable copy of the latest values: a row per node, its series' newest points packed as a chunk
+# (``chunks.pack``), written by ``LatestValues.flush`` (store/latest.py, migration 0009).
+LATEST_TABLE = "latest_chunks"
+LATEST_ROWS = f"SELECT node, count, points FROM {LATEST_TABLE}"
 
 
 class RowWriter(Protocol):
@@ -61,8 +65,10 @@ class Statements:
     series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]]  # ids -> (sql, parameters)
     read_cursor: str
     upsert_cursor: str
-    update_latest: RowWriter
-    table_latest: str
+    # (nodes or None for all, lock for a merge) -> (sql, parameters): the nodes' packed latest values
+    latest_of: Callable[[Sequence[str] | None, bool], tuple[str, Sequence[Any]]]
+    write_latest: str
+    table_latest: str  # the series rows' latest_* columns, written by releases before migration 0009
     replay_latest: str
     # SQLite has one writer: a write beside ingest (latest values, a reader's cursor) takes the write
     # lock; PostgreSQL runs it beside ingest.
@@ -70,6 +76,7 @@ class Statements:
     # Reads of many points in the binary protocol (``Database.fetch``): psycopg then loads a float8
     # from its 8 bytes instead of parsing its text, 0.86 -> 0.34-0.41 µs of client CPU a point read.
     binary_reads: bool = False
+    mark: str = "?"  # the driver's placeholder, for the few statements built per call
 
 
 def statements(
@@ -79,7 +86,7 @@ def statements(
     chunked: bool,
     max_point_id: str,
     insert_series: RowWriter,
-    update_latest: RowWriter,
+    latest_of: Callable[[Sequence[str] | None, bool], tuple[str, Sequence[Any]]],
     last_point_id: str,
     claim_and_upsert_node: str | None,
     series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]],
@@ -112,13 +119,16 @@ def statements(
         read_cursor=f"SELECT position FROM cursors WHERE name = {m}",
         upsert_cursor=f"INSERT INTO cursors (name, position) VALUES ({m}, {m}) "
         "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
-        update_latest=update_latest,
+        latest_of=latest_of,
+        write_latest=f"INSERT INTO {LATEST_TABLE} (node, count, points) VALUES ({marks(3)}) "
+        "ON CONFLICT (node) DO UPDATE SET count = excluded.count, points = excluded.points",
         table_latest="SELECT node, id, latest_ts, latest_value, latest_rate, latest_status, latest_since "
         "FROM series WHERE latest_ts IS NOT NULL AND latest_value IS NOT NULL",
         replay_latest="SELECT s.node, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
         f"JOIN series s ON s.id = p.series_id WHERE p.id > {m} AND p.step = 0.0 ORDER BY p.id",
         serial_writes=serial_writes,
         binary_reads=binary_reads,
+        mark=m,
     )
 
 
@@ -139,13 +149,6 @@ SERIES_COLUMNS = "node, source, device, port, counter, labels, name, unit, kind"
 # The new series' ids come back with their keys (a multi-row RETURNING's order is unspecified); a
 # series another replica created meanwhile is not returned, and the writer reads the node's back.
 SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING RETURNING id, source, device, port, counter, labels"
-
-# The condition that keeps a newer latest value: a spooled backlog drains after live data, and an
-# old point must never replace a newer latest.
-SET_LATEST = (
-    "UPDATE series SET latest_ts = v.ts, latest_value = v.value, latest_rate = v.rate, latest_status = v.status, "
-    "latest_since = v.since FROM {source} WHERE series.id = v.id AND (series.latest_ts IS NULL OR series.latest_ts <= v.ts)"
-)
 
 
 def statements_for(dialect: str) -> Statements:

@@ -1,8 +1,7 @@
 """SQLite's side of the raw statements (sqlite3, ``?`` placeholders).
 
 Raw points go in chunks, one row per batch (``chunks.py``); new series and latest values in
-multi-row ``VALUES`` statements (``ManyRows``);
-``UPDATE .. FROM`` needs SQLite >= 3.33. The last point id of a batch is the connection's
+multi-row ``VALUES`` statements (``ManyRows``). The last point id of a batch is the connection's
 ``last_insert_rowid()``, returned by the node's update (``RETURNING`` needs >= 3.35).
 """
 
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fabricd.server.store import chunks
-from fabricd.server.store.sql import SERIES_COLUMNS, SERIES_CONFLICT, SET_LATEST, statements
+from fabricd.server.store.sql import LATEST_ROWS, SERIES_COLUMNS, SERIES_CONFLICT, statements
 
 
 class ManyRows:
@@ -56,6 +55,14 @@ def _series_identity(ids: list[int]) -> tuple[str, Sequence[Any]]:
     return _IDENTITY.format(ids=f"IN ({marks})"), ids
 
 
+def _latest_of(nodes: Sequence[str] | None, _lock: bool) -> tuple[str, Sequence[Any]]:
+    # No row lock: SQLite has one writer, and its flush holds the write lock. Callers pass at most a
+    # few hundred nodes, far under the parameter limit.
+    if nodes is None:
+        return LATEST_ROWS, ()
+    return f"{LATEST_ROWS} WHERE node IN ({', '.join('?' * len(nodes))})", list(nodes)
+
+
 _IDENTITY = "SELECT id, node, source, device, port, counter, name, unit, kind, labels FROM series WHERE id {ids}"
 
 STATEMENTS = statements(
@@ -66,10 +73,7 @@ STATEMENTS = statements(
     insert_series=ManyRows(
         f"INSERT INTO series ({SERIES_COLUMNS}) VALUES {{values}} {SERIES_CONFLICT}", "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
     ),
-    update_latest=ManyRows(
-        "WITH v (id, ts, value, rate, status, since) AS (VALUES {values}) " + SET_LATEST.format(source="v"),
-        "(?, ?, ?, ?, ?, ?)",
-    ),
+    latest_of=_latest_of,
     last_point_id="last_insert_rowid()",
     claim_and_upsert_node=None,  # no data-modifying CTE; a statement costs SQLite a few µs
     series_identity=_series_identity,

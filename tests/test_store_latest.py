@@ -1,0 +1,148 @@
+"""The latest values' durable copy (fabricd/server/store/latest.py, migration 0009): a packed row per
+node. An existing database's ``series.latest_*`` move into it and back; a value a release before
+0009 writes to the columns (a replica in a rolling upgrade) is read beside the packed rows, the
+newer winning; and two replicas flushing one node (a takeover) never put an older value back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import Engine, text
+
+from fabricd.server import db
+from fabricd.server.replica_latest import ReplicaLatest
+from fabricd.server.store.inventory import Inventory
+from fabricd.server.store.storage import Storage
+from tests.helpers import skip_or_fail
+from tests.support.points import written_latest
+from tests.support.server import backend_url, ib_sample, make_batch, pg_reachable
+
+T0 = 1_800_000_000.0
+SERIES = (
+    "INSERT INTO series (id, node, source, device, port, counter, labels, name, unit, kind, latest_ts, "
+    "latest_value, latest_rate, latest_status, latest_since) VALUES "
+    "(1, 'n1', 'infiniband', 'mlx5_0', '1', 'port_xmit_data', '{}', 'port_transmit_data', 'bytes', 'counter', "
+    f"{T0}, 10.0, 2.5, 'ok', NULL), "
+    "(2, 'n1', 'infiniband', 'mlx5_1', '1', 'port_xmit_data', '{}', 'port_transmit_data', 'bytes', 'counter', "
+    f"{T0 + 5}, 11.0, NULL, NULL, {T0 - 60}), "
+    "(3, 'n2', 'infiniband', 'mlx5_0', '1', 'port_xmit_data', '{}', 'port_transmit_data', 'bytes', 'counter', "
+    f"{T0}, 12.0, 0.0, 'wrapped', NULL), "
+    "(4, 'n2', 'infiniband', 'mlx5_1', '1', 'port_xmit_data', '{}', 'port_transmit_data', 'bytes', 'counter', "
+    "NULL, NULL, NULL, NULL, NULL)"
+)
+LEGACY = "SELECT id, latest_ts, latest_value, latest_rate, latest_status, latest_since FROM series ORDER BY id"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    if request.param == "postgres" and not pg_reachable():
+        skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
+    with backend_url(request.param, tmp_path) as url:
+        e = db.make_engine(url)
+        db.ensure_data_dir(e)
+        yield e
+        e.dispose()
+
+
+def _migrate(engine: Engine, to: str, down: bool = False) -> None:
+    with engine.begin() as conn:
+        cfg = db.alembic_config()
+        cfg.attributes["connection"] = conn
+        (command.downgrade if down else command.upgrade)(cfg, to)
+
+
+def test_the_migration_moves_the_series_latest_values_into_packed_rows_and_back(engine: Engine) -> None:
+    _migrate(engine, "0008")
+    with engine.begin() as conn:
+        conn.execute(text(SERIES))
+        before = [tuple(r) for r in conn.execute(text(LEGACY))]
+    assert db.prepare(engine) == db.head_revision()
+    with engine.connect() as conn:
+        written = written_latest(conn)
+        nodes = conn.execute(text("SELECT node, count FROM latest_chunks ORDER BY node")).all()
+        cleared = {tuple(r)[1:] for r in conn.execute(text(LEGACY))}
+    # A NULL status read as "ok" before, and is "ok" now; series 4 never had a value.
+    assert written == {
+        1: (1, T0, 10.0, 2.5, "ok", None),
+        2: (2, T0 + 5, 11.0, None, "ok", T0 - 60),
+        3: (3, T0, 12.0, 0.0, "wrapped", None),
+    }
+    assert [tuple(n) for n in nodes] == [("n1", 2), ("n2", 1)] and cleared == {(None,) * 5}
+    store = Storage.open(engine)  # what the service serves after the upgrade
+    assert [(n, s.reading.device, s.ts, s.reading.value) for n, s in store.latest.values()] == [
+        ("n1", "mlx5_0", T0, 10.0),
+        ("n1", "mlx5_1", T0 + 5, 11.0),
+        ("n2", "mlx5_0", T0, 12.0),
+    ]
+    _migrate(engine, "0008", down=True)
+    with engine.connect() as conn:
+        after = [tuple(r) for r in conn.execute(text(LEGACY))]
+    assert after == [
+        (1, T0, 10.0, 2.5, "ok", None),
+        (2, T0 + 5, 11.0, None, "ok", T0 - 60),
+        (3, T0, 12.0, 0.0, "wrapped", None),
+        (4, None, None, None, None, None),
+    ]
+    assert before[1] == (2, T0 + 5, 11.0, None, None, T0 - 60)  # the NULL status comes back as "ok"
+
+
+def test_a_value_an_older_release_wrote_to_the_series_row_is_read_when_it_is_newer(engine: Engine) -> None:
+    """A rolling upgrade: a replica still on the release before 0009 writes ``series.latest_*``.
+    A restarted service and another replica's REST read take the newer of that and the packed row."""
+    db.prepare(engine)
+    store = Storage.open(engine)
+    store.writer.ingest(
+        make_batch("n1", "a", [ib_sample(T0, rate=1.0), ib_sample(T0, device="mlx5_1", rate=2.0)]), T0, 100
+    )
+    assert store.latest.flush() == 2
+    with engine.begin() as conn:  # the old release stored n1's next scrape of mlx5_0 and wrote its row
+        conn.execute(
+            text("UPDATE series SET latest_ts = :ts, latest_value = 9.0, latest_rate = 3.0 WHERE device = 'mlx5_0'"),
+            {"ts": T0 + 10},
+        )
+    restarted = Storage.open(engine)
+    assert [(s.reading.device, s.ts, s.rate) for _n, s in restarted.latest.values()] == [
+        ("mlx5_0", T0 + 10, 3.0),
+        ("mlx5_1", T0, 2.0),
+    ]
+    other = ReplicaLatest(Storage.open(engine).latest, owns=lambda _node: False)
+    assert [(s.reading.device, s.ts, s.rate) for _n, s in other.values(node="n1")] == [
+        ("mlx5_0", T0 + 10, 3.0),
+        ("mlx5_1", T0, 2.0),
+    ]
+    found = Inventory(other.db, other)  # a REST read of a series on a replica that does not own its node
+    assert [(s.reading.device, s.latest.rate if s.latest else None) for s in found.find_series()] == [
+        ("mlx5_0", 3.0),
+        ("mlx5_1", 2.0),
+    ]
+
+
+@pytest.mark.postgres
+def test_a_replica_with_an_older_view_of_a_node_never_writes_it_back(tmp_path: Path) -> None:
+    """A takeover: the new owner's memory holds what it loaded when it started, older than what the
+    old owner flushed since. Its flush keeps the newer stored value of each series, and learns it."""
+    if not pg_reachable():
+        skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
+    with backend_url("postgres", tmp_path) as url:
+        engine = db.make_engine(url)
+        try:
+            db.prepare(engine)
+            old_owner, new_owner = Storage.open(engine), Storage.open(engine)
+            new_owner.latest.load()  # started before the old owner's points
+            samples = [ib_sample(T0 + 10, rate=1.0), ib_sample(T0 + 10, device="mlx5_1", rate=2.0)]
+            old_owner.writer.ingest(make_batch("n1", "a", samples), T0, 100)
+            assert old_owner.latest.flush() == 2
+            # The old owner dies; the new one stores n1's next batch, with only mlx5_1 in it.
+            new_owner.writer.ingest(make_batch("n1", "b", [ib_sample(T0 + 20, device="mlx5_1", rate=4.0)]), T0, 100)
+            assert new_owner.latest.flush() == 1
+            with engine.connect() as conn:
+                devices = dict(conn.execute(text("SELECT id, device FROM series")).all())
+                written = {devices[sid]: (row[1], row[3]) for sid, row in written_latest(conn).items()}
+            mine = [(s.reading.device, s.ts, s.rate) for _n, s in new_owner.latest.values()]
+        finally:
+            engine.dispose()
+    assert written == {"mlx5_0": (T0 + 10, 1.0), "mlx5_1": (T0 + 20, 4.0)}
+    assert mine == [("mlx5_0", T0 + 10, 1.0), ("mlx5_1", T0 + 20, 4.0)]
