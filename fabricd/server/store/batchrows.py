@@ -33,6 +33,8 @@ def series_key(node: str, r: Reading) -> SeriesKey:
 
 def alias(ids: dict[IdentityKey, int], r: Reading) -> bool:
     """Map an unsorted (or repeated-key) label tuple to its stored series, if there is one."""
+    if len(r.labels) < 2:  # none or one: already canonical, and the caller has just missed it
+        return False
     canonical = tuple(sorted(dict(r.labels).items()))
     sid = ids.get((r.source, r.device, r.port, r.counter, canonical))
     if sid is None:
