@@ -41,6 +41,9 @@ def test_a_chunk_gives_back_every_value_to_the_bit() -> None:
     assert [p[1:] for p in got] == rows
     assert math.copysign(1.0, got[1][3]) == -1.0  # -0.0 keeps its sign
     assert (lo, hi) == (0.0, T0 + 0.1)
+    assert chunks.rows(blob, len(rows)) == rows  # the latest values' rows: no point ids
+    assert chunks.rows(blob, len(rows), keep={2**40, 5, 77}) == [rows[1], rows[4]]
+    assert chunks.series_times(blob, len(rows)) == ([r[0] for r in rows], [r[1] for r in rows])
     with pytest.raises(ValueError, match="point chunk 104 holds"):
         chunks.unpack(104, len(rows) + 1, blob)
 

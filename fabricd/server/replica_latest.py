@@ -37,23 +37,24 @@ class ReplicaLatest(LatestValues):
 
     def _table(self, node: str | None, source: str | None, fresh_since: float | None) -> list[tuple[str, Sample]]:
         with self.db.cursor() as cur:
-            by_node: dict[str, list[PointRow]] = {}
-            for name, rows in stored_rows(cur, self.db, None if node is None else [node]):
-                by_node.setdefault(name, []).extend(rows)
             wanted = None
             if source is not None:
                 # The topology's LLDP lookup (every detection topology check) wants a few hundred
-                # series: their ids from the series table, so no other series' identity is learned.
+                # series: their ids from the series table first, so only their rows are unpacked
+                # and no other series' identity is learned.
                 sql, params = f"SELECT id FROM series WHERE source = {self.db.sql.mark}", [source]
                 if node is not None:
                     sql, params = f"{sql} AND node = {self.db.sql.mark}", [source, node]
                 cur.execute(sql, params)
                 wanted = {sid for (sid,) in cur.fetchall()}
+            by_node: dict[str, list[PointRow]] = {}
+            for name, rows in stored_rows(cur, self.db, None if node is None else [node], wanted):
+                by_node.setdefault(name, []).extend(rows)
             rows = [
                 row
                 for name in sorted(by_node)
                 for row in sorted(newest(by_node[name]).values())
-                if (wanted is None or row[0] in wanted) and (fresh_since is None or row[1] >= fresh_since)
+                if fresh_since is None or row[1] >= fresh_since
             ]
             idents = self.identities.load(cur, {row[0] for row in rows})
         return _samples(rows, idents)

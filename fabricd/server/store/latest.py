@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
@@ -175,21 +175,25 @@ def _newer_stored(mine: dict[int, PointRow], blob: bytes, count: int, node: str)
     return [r for r in chunks.rows(blob, count, node) if (m := get(r[0])) is None or m[1] < r[1]]
 
 
-def stored_rows(cur: Any, db: Database, nodes: Sequence[str] | None) -> Iterator[tuple[str, list[PointRow]]]:
+def stored_rows(
+    cur: Any, db: Database, nodes: Sequence[str] | None, keep: Collection[int] | None = None
+) -> Iterator[tuple[str, list[PointRow]]]:
     """(node, its rows) from the table: the packed rows, then the series rows' ``latest_*`` that a
     release before migration 0009 wrote (a replica not yet upgraded, in a rolling upgrade); a node
-    can appear twice, and the newest point of a series wins (``_Latest.apply``, ``newest``)."""
+    can appear twice, and the newest point of a series wins (``_Latest.apply``, ``newest``). Only
+    the series ids in ``keep`` if given."""
     if nodes is not None and not nodes:
         return
     sql, params = db.sql.latest_of(nodes, False)
     cur.execute(sql, params)
     for node, count, blob in cur.fetchall():
-        yield node, chunks.rows(bytes(blob), count, f"of the latest values of {node!r}")
+        yield node, chunks.rows(bytes(blob), count, f"of the latest values of {node!r}", keep)
     legacy, params = db.sql.table_latest, []
     if nodes is not None:
         legacy, params = f"{legacy} AND node IN ({', '.join([db.sql.mark] * len(nodes))})", list(nodes)
     cur.execute(legacy, params)
-    yield from _by_node(cur)
+    for node, rows in _by_node(cur):
+        yield node, rows if keep is None else [row for row in rows if row[0] in keep]
 
 
 def newest(rows: Iterable[PointRow]) -> dict[int, PointRow]:
