@@ -9,8 +9,8 @@ transaction. The newest point wins, as the old ``latest_ts <= v.ts`` condition d
 backlog drained after live data never replaces a newer value.
 
 The durable copy is one row per node (``latest_chunks``, migration 0009): the node's newest points
-packed as a raw-point chunk is (``chunks.pack``). Writing them back as one series row each still
-cost 40 % of the server's CPU at steady state with a flush every second (an ``UPDATE`` a series:
+packed as a raw-point chunk is (``chunks.pack``). Writing them back as one series row each cost
+40 % of the server's CPU at steady state with a flush every second (an ``UPDATE`` a series:
 its bound parameters under the GIL, then a B-tree seek and a page write of a wide row); a node's
 row costs one pack and one write for its 480 series (docs/storage.md, "Latest values").
 """

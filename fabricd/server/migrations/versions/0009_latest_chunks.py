@@ -50,7 +50,7 @@ def upgrade() -> None:
         op.execute("ALTER TABLE series RESET (fillfactor)")
     node, rows = None, list[tuple[Any, ...]]()
     insert = sa.text(f"INSERT INTO {TABLE} (node, count, points) VALUES (:node, :count, :points)")
-    for row in bind.execute(sa.text(_LEGACY)):  # a node at a time: never the whole table in memory
+    for row in bind.execute(sa.text(_LEGACY)):  # ordered by node: one node's rows packed at a time
         if row[0] != node and rows:
             _write(bind, insert, node, rows)
             rows = []
