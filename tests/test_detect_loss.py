@@ -287,3 +287,29 @@ def test_every_pair_losing_probes_at_once_is_the_probing_not_the_fabric() -> Non
 
     changes = replay(engine(), c.rounds(60, pairs=pairs))
     assert opened(changes) == [(IncidentKind.PACKET_LOSS, fault)]
+
+
+def test_an_agent_back_within_the_lateness_but_a_scrape_late_says_nothing_either() -> None:
+    """node-006's agent misses one scrape (step 20) and is back for the next, within the lateness:
+    settlement waits for it, then settles step 20 with its peers' scrapes, which lost probes to it,
+    before its new responder start arrives with step 21. Their losses wait for the peer's scrape of
+    their time, which says a new instance began: unanswerable, nothing opens (the routed lab's
+    quick restart under load opened packet_loss on its host link). Delivered throughout with its
+    old start, the same losses are an outage."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    restarted, stop, back = "node-006", 20, 21
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return ({stop: 1.0, back: 0.4}.get(step(ts, c), 0.0) if dst == restarted else 0.0, 20e-6)
+
+    def starts(restarts: bool) -> Callable[[float, str], list[Sample]]:
+        def samples(ts: float, node: str) -> list[Sample]:
+            start = c.start - 3600.0
+            if node == restarted and restarts and step(ts, c) >= back:
+                start = c.start + back * c.interval - 3.0
+            return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
+
+        return samples
+
+    assert opened(_delivered(c, 40, pairs, starts(True), {restarted: (stop, back)})) == []
+    assert opened(_delivered(c, 40, pairs, starts(False), {})) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]

@@ -33,6 +33,12 @@ its delivery to the central is cut, as the management network is not the fabric)
 never comes back is a dead host or agent, reported as left out (``fabricd_detection_node_left_out``),
 not a lossy host link; its own counters, spooled, speak for its link once it delivers them.
 
+A peer back within the lateness but a scrape late is not left out, yet the moment of its missed
+scrape settles with its probers' losses before its next scrape brings its new start (the routed
+lab's quick restart under CI's load opened packet_loss so). A loss therefore waits until its peer
+has reported a scrape of its time (``WAIT_SECONDS`` at most), whose start then says whether the
+responder ran throughout.
+
 Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
 start in the same moment. Loss observations are held until the moment's records are all read
 (``hold``, ``release``). A peer whose agent has never reported (a node without fabricd, or one whose
@@ -50,6 +56,11 @@ from fabricd.model import Labels
 RESPONDER_START = "responder_start_time_seconds"  # the pingmesh gauge (collectors/pingmesh.py)
 MARGIN_SECONDS = 4.0  # a probe's timeout (1 s) and the settling before it is reported lost (<= 2 s), + 1 s
 NEVER = float("-inf")
+# How long a loss waits for its peer's scrape of its time: past settlement's lateness (0.5 x the
+# interval + 5 s, so intervals up to 110 s), after which the peer is heard or left out. A peer heard
+# of that stopped reporting its responder start (pingmesh turned off) has its pairs judged on what
+# is known.
+WAIT_SECONDS = 60.0
 
 Observe = Callable[[str, str, str, str, Labels, float, float], None]  # (signal, node, device, port, labels, ts, v)
 
@@ -70,6 +81,7 @@ class Responders:
     scraped: dict[tuple[str, str], float] = field(default_factory=dict)  # (prober, peer) -> its last loss scrape
     answered: set[tuple[str, str]] = field(default_factory=set)  # pairs with a reply seen in some scrape
     silent: frozenset[str] = frozenset()  # nodes left out of the moment being read (the module's doc)
+    newest: float = NEVER  # the newest loss scrape held: the clock of the waits
 
     def started(self, node: str, ts: float, start: float) -> None:
         """``node``'s scrape at ``ts`` says its responder has answered since ``start``."""
@@ -91,17 +103,27 @@ class Responders:
         """A pair's loss ratio for its scrape at ``ts`` (since its previous one), observed at ``release``."""
         since = self.scraped.get((node, peer), NEVER)
         self.scraped[(node, peer)] = max(since, ts)
+        self.newest = max(self.newest, ts)
         self.held.append((node, peer, port, labels, since, ts, value))
 
     def release(self, signal: str, observe: Observe) -> None:
         """Observe the held losses of pairs whose peer was answering throughout their scrape, once
-        the pair has been answered at all and while the peer is heard from."""
+        the pair has been answered at all and while the peer is heard from. A loss whose peer has
+        not reported a scrape of its time yet waits for it (at most ``WAIT_SECONDS``): the peer's
+        agent may have restarted in between, and its next scrape says so (the module's doc)."""
         held, self.held = self.held, []
-        silent = self.silent
-        for node, peer, port, labels, since, ts, value in held:
+        silent, newest = self.silent, self.newest
+        for entry in held:
+            node, peer, port, labels, since, ts, value = entry
             if value < 1.0:
                 self.answered.add((node, peer))
             elif (node, peer) not in self.answered:
                 continue  # never answered yet: no responder there, not loss
-            if peer not in silent and not self.unanswerable(peer, since, ts):
+            if peer in silent:
+                continue
+            p = self.peers.get(peer)
+            if p is not None and p.last_ts < ts and newest - ts < WAIT_SECONDS:
+                self.held.append(entry)
+                continue
+            if not self.unanswerable(peer, since, ts):
                 observe(signal, node, peer, port, labels, ts, value)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fabricd.model import Sample
-from fabricd.server.store.latest import LatestValues, _samples, newest, stored_rows
+from fabricd.server.store.latest import LatestValues, _samples
+from fabricd.server.store.latest_table import newest, stored_rows
 from fabricd.server.store.records import PointRow
 
 

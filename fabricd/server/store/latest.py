@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES
-from fabricd.server.store import chunks
+from fabricd.server.store import chunks, latest_table
 from fabricd.server.store.identities import Identities, Identity
+from fabricd.server.store.latest_table import by_node, groups_of, newer_stored, stored_rows
 from fabricd.server.store.records import Committed, PointRow
 from fabricd.server.store.sql import LATEST_CURSOR, Database
 
@@ -84,7 +85,7 @@ class LatestValues:
     def stored(self, nodes: Sequence[str]) -> dict[int, PointRow]:
         """The latest values of ``nodes`` as last written to the table, by series id."""
         with self.db.cursor() as cur:
-            return newest(row for _node, rows in stored_rows(cur, self.db, nodes) for row in rows)
+            return latest_table.newest(row for _node, rows in stored_rows(cur, self.db, nodes) for row in rows)
 
     def unflushed(self) -> int:
         """Series whose latest value is only in memory (``fabricd_store_latest_unflushed_series``)."""
@@ -116,7 +117,7 @@ class LatestValues:
             upto = self.db.max_point_id()
         if not dirty and upto <= self._mem.flushed_upto:
             return 0
-        groups = _groups(sorted(dirty), self._mem.counts(None), chunk)
+        groups = groups_of(sorted(dirty), self._mem.counts(None), chunk)
         try:
             for i, names in enumerate(groups):
                 with self._chunk_cursor() as cur:
@@ -141,7 +142,7 @@ class LatestValues:
             sql, params = self.db.sql.latest_of(names, True)
             cur.execute(sql, params)
             for node, count, blob in cur.fetchall():
-                if newer := _newer_stored(mine[node], bytes(blob), count, node):
+                if newer := newer_stored(mine[node], bytes(blob), count, node):
                     self._mem.apply(node, newer, dirty=False)
                     mine[node].update((row[0], row) for row in newer)
         packed = [(node, len(rows), chunks.pack(list(rows.values()))[0]) for node, rows in mine.items() if rows]
@@ -151,59 +152,6 @@ class LatestValues:
     def _chunk_cursor(self) -> Iterator[Any]:
         with self.db.side_write_lock(), self.db.cursor(transaction=True) as cur:
             yield cur
-
-
-def _groups(names: list[str], counts: dict[str, int], series: int) -> list[list[str]]:
-    """``names`` in runs of about ``series`` series (at least one node a run; one empty run if none)."""
-    groups: list[list[str]] = [[]]
-    size = 0
-    for name in names:
-        if groups[-1] and size + counts.get(name, 0) > series:
-            groups.append([])
-            size = 0
-        groups[-1].append(name)
-        size += counts.get(name, 0)
-    return groups
-
-
-def _newer_stored(mine: dict[int, PointRow], blob: bytes, count: int, node: str) -> list[PointRow]:
-    """The stored rows newer than memory's (or that memory lacks)."""
-    sids, times = chunks.series_times(blob, count, f"of the latest values of {node!r}")
-    get = mine.get
-    if all((m := get(sid)) is not None and m[1] >= t for sid, t in zip(sids, times, strict=True)):
-        return []
-    return [r for r in chunks.rows(blob, count, node) if (m := get(r[0])) is None or m[1] < r[1]]
-
-
-def stored_rows(
-    cur: Any, db: Database, nodes: Sequence[str] | None, keep: Collection[int] | None = None
-) -> Iterator[tuple[str, list[PointRow]]]:
-    """(node, its rows) from the table: the packed rows, then the series rows' ``latest_*`` that a
-    release before migration 0009 wrote (a replica not yet upgraded, in a rolling upgrade); a node
-    can appear twice, and the newest point of a series wins (``_Latest.apply``, ``newest``). Only
-    the series ids in ``keep`` if given."""
-    if nodes is not None and not nodes:
-        return
-    sql, params = db.sql.latest_of(nodes, False)
-    cur.execute(sql, params)
-    for node, count, blob in cur.fetchall():
-        yield node, chunks.rows(bytes(blob), count, f"of the latest values of {node!r}", keep)
-    legacy, params = db.sql.table_latest, []
-    if nodes is not None:
-        legacy, params = f"{legacy} AND node IN ({', '.join([db.sql.mark] * len(nodes))})", list(nodes)
-    cur.execute(legacy, params)
-    for node, rows in _by_node(cur):
-        yield node, rows if keep is None else [row for row in rows if row[0] in keep]
-
-
-def newest(rows: Iterable[PointRow]) -> dict[int, PointRow]:
-    """The newest row of each series id (on a tie the later one, as ``_Latest.apply``)."""
-    out: dict[int, PointRow] = {}
-    for row in rows:
-        old = out.get(row[0])
-        if old is None or old[1] <= row[1]:
-            out[row[0]] = row
-    return out
 
 
 def _samples(rows: Sequence[PointRow], idents: dict[int, Identity]) -> list[tuple[str, Sample]]:
@@ -252,7 +200,7 @@ class _Latest:
             replayed = chunks.replay(cur, upto)
         else:
             cur.execute(db.sql.replay_latest, (upto,))
-            replayed = _by_node(cur)
+            replayed = by_node(cur)
         for node, group in replayed:
             self.apply(node, group)
         self.flushed_upto = upto
@@ -314,12 +262,3 @@ def _in_order(rows: Iterable[PointRow], fresh_since: float | None) -> list[Point
     """``rows`` seen since ``fresh_since`` (all if None), by series id (ids are unique: the tuples
     never compare further)."""
     return sorted(rows if fresh_since is None else (r for r in rows if r[1] >= fresh_since))
-
-
-def _by_node(cur: Any, size: int = 10_000) -> Iterator[tuple[str, list[PointRow]]]:
-    """(node, rows) from a cursor of (node, series id, ts, value, rate, status, since), in chunks."""
-    while chunk := cur.fetchmany(size):
-        groups: dict[str, list[PointRow]] = {}
-        for node, *row in chunk:
-            groups.setdefault(node, []).append(tuple(row))
-        yield from groups.items()
