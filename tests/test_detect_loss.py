@@ -151,6 +151,22 @@ def test_probes_answered_after_their_timeout_are_no_loss() -> None:
     assert opened(replay(engine(), c.rounds(50, pairs=pairs, extra=late(0.75)))) == [(IncidentKind.PACKET_LOSS, fault)]
 
 
+def _starts(
+    c: Cluster, restarted: str, back: int, restarts: bool, before: float = 3.0
+) -> Callable[[float, str], list[Sample]]:
+    """Each node's responder start every scrape: an hour before the run (every agent up for an
+    hour), but ``restarted``'s from step ``back`` on when ``restarts`` (a new instance, ``before``
+    seconds before that scrape)."""
+
+    def samples(ts: float, node: str) -> list[Sample]:
+        start = c.start - 3600.0
+        if node == restarted and restarts and step(ts, c) >= back:
+            start = c.start + back * c.interval - before
+        return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
+
+    return samples
+
+
 def test_probes_to_a_restarted_agent_are_unanswerable_not_lost() -> None:
     """node-006's agent restarts between two scrapes (an upgrade): its peers' probes go unanswered for
     the seconds it is down, 30 % of a scrape's probes and 10 % of the next one's (reported after
@@ -164,19 +180,12 @@ def test_probes_to_a_restarted_agent_are_unanswerable_not_lost() -> None:
     def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
         return ({back: 0.3, back + 1: 0.1}.get(step(ts, c), 0.0) if dst == restarted else 0.0, 20e-6)
 
-    def starts(restarts: bool) -> Callable[[float, str], list[Sample]]:
-        def samples(ts: float, node: str) -> list[Sample]:
-            start = c.start - 3600.0  # every agent up for an hour
-            if node == restarted and restarts and step(ts, c) >= back:
-                start = c.start + back * c.interval - 2.0
-            return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
-
-        return samples
-
-    assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=starts(True)))) == []
-    assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=starts(False)))) == [
-        (IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")
-    ]
+    assert (
+        opened(replay(engine(), c.rounds(40, pairs=pairs, extra=_starts(c, restarted, back, True, before=2.0)))) == []
+    )
+    assert opened(
+        replay(engine(), c.rounds(40, pairs=pairs, extra=_starts(c, restarted, back, False, before=2.0)))
+    ) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]
 
 
 def _delivered(
@@ -219,17 +228,10 @@ def test_an_agent_restarted_slower_than_the_lateness_is_silent_and_its_pairs_say
     def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
         return ({stop: 1.0, stop + 1: 1.0, back: 0.3}.get(step(ts, c), 0.0) if dst == restarted else 0.0, 20e-6)
 
-    def starts(restarts: bool) -> Callable[[float, str], list[Sample]]:
-        def samples(ts: float, node: str) -> list[Sample]:
-            start = c.start - 3600.0
-            if node == restarted and restarts and step(ts, c) >= back:
-                start = c.start + back * c.interval - 3.0
-            return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
-
-        return samples
-
-    assert opened(_delivered(c, 40, pairs, starts(True), {restarted: (stop, back)})) == []
-    assert opened(_delivered(c, 40, pairs, starts(False), {})) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]
+    assert opened(_delivered(c, 40, pairs, _starts(c, restarted, back, True), {restarted: (stop, back)})) == []
+    assert opened(_delivered(c, 40, pairs, _starts(c, restarted, back, False), {})) == [
+        (IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")
+    ]
 
 
 def test_a_node_gone_for_good_is_left_out_not_a_lossy_host_link() -> None:
@@ -302,14 +304,7 @@ def test_an_agent_back_within_the_lateness_but_a_scrape_late_says_nothing_either
     def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
         return ({stop: 1.0, back: 0.4}.get(step(ts, c), 0.0) if dst == restarted else 0.0, 20e-6)
 
-    def starts(restarts: bool) -> Callable[[float, str], list[Sample]]:
-        def samples(ts: float, node: str) -> list[Sample]:
-            start = c.start - 3600.0
-            if node == restarted and restarts and step(ts, c) >= back:
-                start = c.start + back * c.interval - 3.0
-            return [gauge(ts, "pingmesh", "", "responder_start_time", start, name="responder_start_time_seconds")]
-
-        return samples
-
-    assert opened(_delivered(c, 40, pairs, starts(True), {restarted: (stop, back)})) == []
-    assert opened(_delivered(c, 40, pairs, starts(False), {})) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]
+    assert opened(_delivered(c, 40, pairs, _starts(c, restarted, back, True), {restarted: (stop, back)})) == []
+    assert opened(_delivered(c, 40, pairs, _starts(c, restarted, back, False), {})) == [
+        (IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")
+    ]

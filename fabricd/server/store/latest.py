@@ -24,9 +24,9 @@ from typing import Any
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES
-from fabricd.server.store import chunks, latest_table
+from fabricd.server.store import chunks
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.latest_table import by_node, groups_of, newer_stored, stored_rows
+from fabricd.server.store.latest_table import by_node, groups_of, newer_stored, newest, stored_rows
 from fabricd.server.store.records import Committed, PointRow
 from fabricd.server.store.sql import LATEST_CURSOR, Database
 
@@ -85,7 +85,7 @@ class LatestValues:
     def stored(self, nodes: Sequence[str]) -> dict[int, PointRow]:
         """The latest values of ``nodes`` as last written to the table, by series id."""
         with self.db.cursor() as cur:
-            return latest_table.newest(row for _node, rows in stored_rows(cur, self.db, nodes) for row in rows)
+            return newest(row for _node, rows in stored_rows(cur, self.db, nodes) for row in rows)
 
     def unflushed(self) -> int:
         """Series whose latest value is only in memory (``fabricd_store_latest_unflushed_series``)."""
