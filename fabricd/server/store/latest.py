@@ -35,6 +35,9 @@ class LatestValues:
     def __init__(self, db: Database, identities: Identities) -> None:
         self.db, self.identities = db, identities
         self._mem = _Latest()
+        # One flush at a time: SQLite packs a group before it takes the write lock, so a second
+        # flush overlapping it could write an older snapshot over a newer one.
+        self._flushing = threading.Lock()
         # source -> node -> (the node's series count when its series were sorted by source, the ids
         # of that source): see ``_of_source``
         self._picks: dict[str, dict[str, tuple[int, tuple[int, ...]]]] = {}
@@ -111,6 +114,10 @@ class LatestValues:
         groups of about ``chunk`` series; on SQLite each group takes the write lock (one writer), so
         ingest waits for a group, never for the whole flush; PostgreSQL runs them beside ingest.
         """
+        with self._flushing:
+            return self._flush(chunk)
+
+    def _flush(self, chunk: int) -> int:
         self.load()
         with self.db.write_lock:
             dirty = self._mem.take_dirty()
@@ -120,8 +127,11 @@ class LatestValues:
         groups = groups_of(sorted(dirty), self._mem.counts(None), chunk)
         try:
             for i, names in enumerate(groups):
+                # One writer (SQLite): memory is never older than the table (``_merged``), so the
+                # group is packed before the write lock is taken; ingest waits for the write alone.
+                packed = _packed(self._mem.snapshot(names)) if self.db.sql.serial_writes else None
                 with self._chunk_cursor() as cur:
-                    self._write(cur, names)
+                    cur.executemany(self.db.sql.write_latest, self._merged(cur, names) if packed is None else packed)
                     if i == len(groups) - 1:
                         cur.execute(self.db.sql.upsert_cursor, (LATEST_CURSOR, upto))
         except BaseException:
@@ -130,28 +140,32 @@ class LatestValues:
         self._mem.flushed_upto = upto
         return sum(len(sids) for sids in dirty.values())
 
-    def _write(self, cur: Any, names: list[str]) -> None:
-        """Each node's row: memory, merged with the stored row where another process may have
-        written it. With one writer (SQLite) memory was loaded from the table and every later point
-        went through it, so it is never older; a replica may hold an older view of a node another
-        replica owned until a takeover, and the newer of the two wins for each series."""
+    def _merged(self, cur: Any, names: list[str]) -> list[tuple[str, int, bytes]]:
+        """Each node's row where another process may have written it (PostgreSQL): memory, merged
+        with the stored row read ``FOR UPDATE``. A replica may hold an older view of a node another
+        replica owned until a takeover, and the newer of the two wins for each series. (With one
+        writer, SQLite, memory was loaded from the table and every later point went through it, so
+        it is never older: ``flush`` packs it without reading.)"""
         if not names:
-            return
+            return []
         mine = self._mem.snapshot(names)
-        if not self.db.sql.serial_writes:
-            sql, params = self.db.sql.latest_of(names, True)
-            cur.execute(sql, params)
-            for node, count, blob in cur.fetchall():
-                if newer := newer_stored(mine[node], bytes(blob), count, node):
-                    self._mem.apply(node, newer, dirty=False)
-                    mine[node].update((row[0], row) for row in newer)
-        packed = [(node, len(rows), chunks.pack(list(rows.values()))[0]) for node, rows in mine.items() if rows]
-        cur.executemany(self.db.sql.write_latest, packed)
+        sql, params = self.db.sql.latest_of(names, True)
+        cur.execute(sql, params)
+        for node, count, blob in cur.fetchall():
+            if newer := newer_stored(mine[node], bytes(blob), count, node):
+                self._mem.apply(node, newer, dirty=False)
+                mine[node].update((row[0], row) for row in newer)
+        return _packed(mine)
 
     @contextlib.contextmanager
     def _chunk_cursor(self) -> Iterator[Any]:
         with self.db.side_write_lock(), self.db.cursor(transaction=True) as cur:
             yield cur
+
+
+def _packed(mine: dict[str, dict[int, PointRow]]) -> list[tuple[str, int, bytes]]:
+    """(node, count, packed rows) of each node with a latest value: ``write_latest``'s rows."""
+    return [(node, len(rows), chunks.pack(list(rows.values()))[0]) for node, rows in mine.items() if rows]
 
 
 def _samples(rows: Sequence[PointRow], idents: dict[int, Identity]) -> list[tuple[str, Sample]]:
