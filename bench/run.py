@@ -495,6 +495,35 @@ def _drop_postgres(url: str) -> None:
 STEADY_SCRAPES = 2  # timed after the ingest row's scrapes: the fleet's steady state
 
 
+def http_floor(bodies: list[bytes], samples: int) -> dict[str, float]:
+    """The same bodies posted the same way to ``bench/http_floor.py`` (uvicorn and FastAPI with a
+    handler that stores nothing): samples/s, and CPU µs per sample of that server and of this load
+    generator (httpx, on the same cores as the server it measures)."""
+    port = free_port()
+    proc = subprocess.Popen([PY, str(REPO / "bench" / "http_floor.py"), str(port)], stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("bench/http_floor.py did not become ready") from None
+                time.sleep(0.1)
+        cpu, mine = pid_cpu_seconds(proc.pid), time.process_time()
+        wall = post_all(url, bodies)
+        return {
+            "floor": samples / wall,
+            "floor_cpu": (pid_cpu_seconds(proc.pid) - cpu) / samples * 1e6,
+            "client_cpu": (time.process_time() - mine) / samples * 1e6,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def _ingest_run(db_label: str, nodes: int, scrapes: int, run: int, tmp: Path, render: bool) -> dict[str, float] | None:
     """One run: the service, then the two bare baselines on the same backend; samples/s each."""
     from fabricd.wire import encode
@@ -508,6 +537,7 @@ def _ingest_run(db_label: str, nodes: int, scrapes: int, run: int, tmp: Path, re
     batches = every[: nodes * scrapes]  # the timed fleet, its first scrape creating the series
     bodies = [encode(b) for b in every]  # agents encode on their own CPUs: not timed
     total = nodes * scrapes * PORTS_PER_NODE * COUNTERS_PER_PORT
+    steady = nodes * STEADY_SCRAPES * PORTS_PER_NODE * COUNTERS_PER_PORT
     data = tmp / f"{db_label}-{run}"
     url = db or f"sqlite:///{data / 'fabricd.db'}"
     out: dict[str, float] = {}
@@ -517,14 +547,18 @@ def _ingest_run(db_label: str, nodes: int, scrapes: int, run: int, tmp: Path, re
         post_all(central.url, bodies[: len(batches)])
         central.wait_caught_up()
         out["service"] = total / (time.perf_counter() - start)
+        cpu = pid_cpu_seconds(central.proc.pid)
         start = time.perf_counter()  # then the same fleet's next scrapes: every series exists
         post_all(central.url, bodies[len(batches) :])
         central.wait_caught_up()
-        out["steady"] = nodes * STEADY_SCRAPES * PORTS_PER_NODE * COUNTERS_PER_PORT / (time.perf_counter() - start)
+        out["steady"] = steady / (time.perf_counter() - start)
+        out["steady_cpu"] = (pid_cpu_seconds(central.proc.pid) - cpu) / steady * 1e6
         if render:
             out["render"] = _metrics_render_seconds(central.url, 3).median
     finally:
         central.close()
+    if db is None:  # the transport's floor does not depend on the database: measured once a run
+        out.update(http_floor(bodies[len(batches) :], steady))
     out["executemany"] = bare_insert(batches, url, "executemany")
     out["service_method"] = bare_insert(batches, url, "service")
     if db is not None:
@@ -561,6 +595,14 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
         ),
         _row(
             "ingest",
+            f"central CPU per sample at steady state, {db_label}",
+            Stat.of([r["steady_cpu"] for r in results]),
+            "µs",
+            "the server process's CPU over the row above"
+            + ("" if db_label == "SQLite" else " (PostgreSQL's own processes not counted)"),
+        ),
+        _row(
+            "ingest",
             f"bare executemany, {db_label}",
             Stat.of([r["executemany"] for r in results]),
             "samples/s",
@@ -589,6 +631,7 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
         ),
     ]
     if db_label == "SQLite":
+        rows += _floor_rows(results)
         rows.append(
             _row(
                 "exporter",
@@ -600,6 +643,41 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
             )
         )
     return rows
+
+
+def _floor_rows(results: list[dict[str, float]]) -> list[Row]:
+    """What HTTP alone costs on this machine, beside the ingest rows (the same bodies, the same
+    client): the ceiling any HTTP ingest in one Python process meets here."""
+    return [
+        _row(
+            "ingest",
+            "HTTP floor: uvicorn + FastAPI, a handler storing nothing",
+            Stat.of([r["floor"] for r in results]),
+            "samples/s",
+            "the steady-state bodies posted as above to bench/http_floor.py (body read, one thread hop, a JSON answer)",
+        ),
+        _row(
+            "ingest",
+            "HTTP floor, server CPU per sample",
+            Stat.of([r["floor_cpu"] for r in results]),
+            "µs",
+            "the floor server's process CPU",
+        ),
+        _row(
+            "ingest",
+            "load generator CPU per sample",
+            Stat.of([r["client_cpu"] for r in results]),
+            "µs",
+            "httpx posting to the floor: it shares the cores with the server it measures",
+        ),
+        _row(
+            "ingest",
+            "ratio central at steady state / HTTP floor, SQLite",
+            Stat.of([r["steady"] / r["floor"] for r in results]),
+            "x",
+            "the share of HTTP's own ceiling the service reaches",
+        ),
+    ]
 
 
 def bench_ingest(mode: str) -> list[Row]:

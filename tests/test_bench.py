@@ -63,6 +63,9 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
         ("ingest", "ratio central / bare executemany, PostgreSQL"),
         ("ingest", "central ingest at steady state, SQLite"),
         ("ingest", "central ingest at steady state, PostgreSQL"),
+        ("ingest", "central CPU per sample at steady state, PostgreSQL"),
+        ("ingest", "HTTP floor: uvicorn + FastAPI, a handler storing nothing"),
+        ("ingest", "ratio central at steady state / HTTP floor, SQLite"),
         ("exporter", "/metrics render, 10-node fleet"),
         ("exposition", "ratio agent (collect + /metrics) / node_exporter"),
         ("exporter", "central /metrics render (bounded), 20-node fleet"),
@@ -85,6 +88,9 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     ingest = rows[("ingest", "central ingest, SQLite")]["median"]
     bare = rows[("ingest", "bare executemany, SQLite")]["median"]
     assert math.isclose(rows[("ingest", "ratio central / bare executemany, SQLite")]["median"], ingest / bare)
+    floor = rows[("ingest", "HTTP floor: uvicorn + FastAPI, a handler storing nothing")]["median"]
+    ratio = rows[("ingest", "ratio central at steady state / HTTP floor, SQLite")]["median"]
+    assert math.isclose(ratio, rows[("ingest", "central ingest at steady state, SQLite")]["median"] / floor)
     # the steady state is timed over the same fleet's next scrapes, after the ingest row's
     steady = rows[("ingest", "central ingest at steady state, SQLite")]
     assert steady["unit"] == "samples/s" and steady["note"].startswith(
