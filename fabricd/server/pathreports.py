@@ -40,6 +40,7 @@ class PathReport:
 # (collectors/ibfabric.py path_reading): the same record, hops are GUIDs (the switches', then the
 # destination port's), and the pair's source host is its ``src_node`` label, not the reporting agent.
 IB_SOURCE = "ibfabric"
+_SOURCES = (SOURCE, IB_SOURCE)
 
 
 def _is_path(s: Sample) -> bool:
@@ -72,7 +73,8 @@ def parse_path(node: str, s: Sample) -> PathReport:
 
 def split_paths(batch: Batch) -> tuple[list[PathReport], Batch]:
     """The batch's traces (oldest first), and the batch without them."""
-    if not any(_is_path(s) for s in batch.samples):
+    # The sources first, without a call a sample: most batches have no path source at all.
+    if not any(s.reading.source in _SOURCES for s in batch.samples) or not any(map(_is_path, batch.samples)):
         return [], batch
     reports = sorted((parse_path(batch.node, s) for s in batch.samples if _is_path(s)), key=lambda r: r.ts)
     return reports, replace(batch, samples=[s for s in batch.samples if not _is_path(s)])
