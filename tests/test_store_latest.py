@@ -5,6 +5,7 @@ newer winning; and two replicas flushing one node (a takeover) never put an olde
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sqlalchemy import Engine, text
 
 from fabricd.server import db
 from fabricd.server.replica_latest import ReplicaLatest
+from fabricd.server.store import latest as latest_module
 from fabricd.server.store.inventory import Inventory
 from fabricd.server.store.storage import Storage
 from tests.helpers import skip_or_fail
@@ -146,3 +148,45 @@ def test_a_replica_with_an_older_view_of_a_node_never_writes_it_back(tmp_path: P
             engine.dispose()
     assert written == {"mlx5_0": (T0 + 10, 1.0), "mlx5_1": (T0 + 20, 4.0)}
     assert mine == [("mlx5_0", T0 + 10, 1.0), ("mlx5_1", T0 + 20, 4.0)]
+
+
+def test_sqlite_packs_before_the_write_lock_and_flushes_run_one_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite a flush packs its group before it takes the write lock: a batch is stored while it
+    packs. A second flush waits for the first, so the older snapshot, packed first, never lands
+    over the newer one: the table ends with the batch stored meanwhile."""
+    with backend_url("sqlite", tmp_path) as url:
+        engine = db.make_engine(url)
+        db.ensure_data_dir(engine)
+        try:
+            db.prepare(engine)
+            store = Storage.open(engine)
+            store.writer.ingest(make_batch("n1", "a", [ib_sample(T0, rate=1.0)]), T0, 100)
+            packing, go_on, real = threading.Event(), threading.Event(), latest_module._packed
+
+            def held(mine: dict[str, dict[int, tuple[object, ...]]]) -> list[tuple[str, int, bytes]]:
+                packing.set()
+                assert go_on.wait(30)
+                return real(mine)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(latest_module, "_packed", held)
+            first = threading.Thread(target=store.latest.flush)
+            first.start()
+            assert packing.wait(30)
+            # ingest is not locked out while the first flush packs its (older) snapshot
+            store.writer.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=2.0)]), T0 + 10, 100)
+            packing.clear()
+            second = threading.Thread(target=store.latest.flush)
+            second.start()
+            second.join(0.5)
+            waited = second.is_alive() and not packing.is_set()  # not even packing yet
+            go_on.set()
+            first.join(30)
+            second.join(30)
+            with engine.connect() as conn:
+                written = [(row[1], row[3]) for row in written_latest(conn).values()]
+        finally:
+            engine.dispose()
+    assert waited and not first.is_alive() and not second.is_alive()
+    assert written == [(T0 + 10, 2.0)]

@@ -111,8 +111,9 @@ class LatestValues:
 
         The point id cursor ``latest`` moves with the last group: every raw point up to it has its
         latest value in the table, and ``load`` replays the points after it. Nodes are written in
-        groups of about ``chunk`` series; on SQLite each group takes the write lock (one writer), so
-        ingest waits for a group, never for the whole flush; PostgreSQL runs them beside ingest.
+        groups of about ``chunk`` series; on SQLite each group's upsert takes the write lock (one
+        writer; the group is packed before), so ingest waits for one upsert, never for the whole
+        flush; PostgreSQL runs them beside ingest.
         """
         with self._flushing:
             return self._flush(chunk)
