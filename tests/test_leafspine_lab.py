@@ -51,6 +51,7 @@ PROBE_PORT = 33434  # pingmesh's responder port (collectors/pingmesh.py DEFAULT_
 RATE = "8mbit"  # the faulty link's rate: 1 MB/s
 QUIET_SCRAPES = 3  # after the incident opened: scrapes in which nothing else may open
 FAULT_SECONDS = 60.0  # upper bound of one fault's traffic (it is stopped once judged)
+FRESH_TRIES = 3  # fresh centrals started until one opens nothing in its restart's wake (_clean_start)
 
 
 @dataclass
@@ -89,10 +90,21 @@ def _clean_start(lab: Lab, before: set[str] | None = None) -> None:
     time.sleep(5 * INTERVAL_SECONDS)  # the last agent's first scrapes (its peers' first probes to it)
     opened = {k: i for k, i in _incidents(lab.central).items() if k not in (before or set())}
     assert opened == {}, f"the fleet's start: {_describe(opened)}"
-    lab.central.fresh()
-    if lab.tracing:  # every pair's route, from the agents' traces (none uploaded)
-        wait_for("every pair traced", lambda: _routes(lab.central) >= pairs, 120)
-    _quiet(lab, pairs)
+    # A fresh central: every agent drains what it spooled while the central was away, all at once
+    # on this machine's 2 cores, and for a moment replies come late everywhere. One CI run (at
+    # 9805d4d) saw 60 pairs on every leaf, pairs within one leaf among them, each lose 1-6 probes
+    # within 2.6 s, and packet_loss opened on gpu-b04's host link: 8 peers had lost 1 probe of
+    # ~150 to it, over the 0.3 % threshold. That burst is the harness's (a restarted central),
+    # not the fabric's, so the central starts afresh until it opens nothing in the restart's wake;
+    # after that, anything opened before a fault is still a stray (``_run_fault``).
+    for _ in range(FRESH_TRIES):
+        lab.central.fresh()
+        if lab.tracing:  # every pair's route, from the agents' traces (none uploaded)
+            wait_for("every pair traced", lambda: _routes(lab.central) >= pairs, 120)
+        _quiet(lab, pairs)
+        if not (opened := _incidents(lab.central)):
+            return
+    assert opened == {}, f"every fresh central, {FRESH_TRIES} of them: {_describe(opened)}"
 
 
 def _quiet(lab: Lab, pairs: int, scrapes: int = 3, seconds: float = 60.0) -> None:
