@@ -338,6 +338,19 @@ def bare_insert(batches: list[Any], url: str, method: str) -> float:
     return total / elapsed
 
 
+def wait_ready(url: str, what: str, timeout: float = 30.0) -> None:
+    """Until ``url``'s ``/readyz`` answers 200 (a server just started), or raise naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not become ready")
+
+
 class Central:
     """A real ``fabricd server`` subprocess on a free port (auth off: the load generator is trusted)."""
 
@@ -364,15 +377,7 @@ class Central:
         full = {**os.environ, "FABRICD_LATEST_FLUSH_SECONDS": str(LATEST_FLUSH_SECONDS), **(env or {})}
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=full)
         self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("fabricd server did not become ready")
+        wait_ready(self.url, "fabricd server")
 
     def wait_caught_up(self, timeout: float = 300.0) -> None:
         """Until every latest value the service holds in memory is written to the database and the
@@ -503,15 +508,7 @@ def http_floor(bodies: list[bytes], samples: int) -> dict[str, float]:
     proc = subprocess.Popen([PY, str(REPO / "bench" / "http_floor.py"), str(port)], stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("bench/http_floor.py did not become ready") from None
-                time.sleep(0.1)
+        wait_ready(url, "bench/http_floor.py")
         cpu, mine = pid_cpu_seconds(proc.pid), time.process_time()
         wall = post_all(url, bodies)
         return {
