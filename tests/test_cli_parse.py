@@ -194,6 +194,13 @@ def test_ethtool_mlx4_neutral_names_and_base_units(capsys: pytest.CaptureFixture
     assert (code, err) == (0, "")
 
 
+def test_ethtool_a_pasted_session_with_ethtool_i_first_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    capture = CASES / "ethtool" / "ethq7_be2net_driver_info_then_stats_prompts" / "input.txt"
+    code, out, err = fabricd(capsys, "ethtool", capture)
+    doc = json.loads(out)
+    assert (code, err, doc["driver"], doc["interface"], len(doc["stats"])) == (0, "", "be2net", "eth0", 37)
+
+
 def test_ethtool_unmapped_stats_are_kept_and_bad_lines_are_failure_records(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -135,6 +135,18 @@ def test_pasted_shell_session_is_read_without_problems() -> None:
         assert parse_ethtool_stats(f"{prompt}\n     rx_packets: 1\n").interface == ifname
 
 
+def test_a_driver_info_command_pasted_before_the_statistics_is_a_command_line() -> None:
+    # isc-projects/ethq#7: "$ ethtool -i eth0", its output, then "$ ethtool -S eth0" and 37 statistics.
+    text = (CASES / "ethtool" / "ethq7_be2net_driver_info_then_stats_prompts" / "input.txt").read_text()
+    result = parse_ethtool_stats(text)
+    assert (result.driver, result.interface, len(result.stats), result.problems) == ("be2net", "eth0", 37, [])
+    assert (result.stats[0].raw, result.stats[-1].raw) == ("rx_crc_errors", "roce_drops_crc")
+    assert "version" not in parse_ethtool_s(text) and len(parse_ethtool_s(text)) == 37
+    # only -S names the statistics' interface
+    assert parse_ethtool_stats("$ ethtool -i eth7\n$ ethtool -S eth0\n     rx_packets: 1\n").interface == "eth0"
+    assert parse_ethtool_stats("# ethtool --driver eth7\n     rx_packets: 1\n").interface is None
+
+
 def test_real_cx4lx_pause_duration_is_seconds() -> None:
     got = by_name("blog_mlx5_cx4lx_tx_global_pause_pci_grep")
     assert got[("tx_pause_duration", "global")]["value"] == pytest.approx(555.665182)  # 555665182 us

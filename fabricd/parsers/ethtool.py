@@ -35,8 +35,13 @@ _STAT_LINE = re.compile(r"\s*(?P<name>\S.*?)\s*:\s+(?P<value>\d{1,20})\s*")
 # space in it, ``[root@xg-esm-data-2: ~]#`` (moooofly/MarkSomethingDown "Linux/ethtool 工具使用.md").
 _PROMPT = r"(?:\[[^\]]*\]|\S*)[$#%>]"
 # The interface ends at a pipe written without a space (``ethtool -S em1|grep tx_queue``, same file);
-# ``sudo`` may come before ``ethtool``; a command pasted without its prompt counts too.
-_COMMAND = re.compile(rf"(?:{_PROMPT})?\s*(?:sudo\s+)?ethtool\s+(?:-S|--statistics)\s+(?P<ifname>[^\s|;>]+)")
+# ``sudo`` may come before ``ethtool``; a command pasted without its prompt counts too. Any ethtool
+# command is a command line: one paste may hold ``$ ethtool -i eth0`` and its output before
+# ``$ ethtool -S eth0`` (isc-projects/ethq#7, be2net); only ``-S`` names the statistics' interface.
+_COMMAND = re.compile(
+    rf"(?:{_PROMPT})?\s*(?:sudo\s+)?ethtool(?:\s+(?P<option>-{{1,2}}[\w-]+))?\s+(?P<ifname>[^\s|;>]+)"
+)
+_STATISTICS = frozenset({"-S", "--statistics"})
 # The prompt left alone on the last line of a pasted session (``[root@xg-esm-data-2: ~]#``).
 _BARE_PROMPT = re.compile(_PROMPT)
 _INFO_KEYS = frozenset(
@@ -84,7 +89,7 @@ def parse_ethtool_s(text: str) -> dict[str, int]:
         if line.startswith("#"):
             continue
         match = _STAT_LINE.fullmatch(line)
-        if match:
+        if match and match["name"].lower() not in _INFO_KEYS:  # ``ethtool -i`` pasted before it
             stats.setdefault(match["name"], int(match["value"]))
     return stats
 
@@ -148,7 +153,7 @@ def parse_ethtool_stats(text: str, driver: str | None = None) -> EthtoolResult:
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if m := _COMMAND.match(stripped):
-            interface = interface or m["ifname"]
+            interface = interface or (m["ifname"] if m["option"] in _STATISTICS else None)
         elif (m := _STAT_LINE.fullmatch(line)) and m["name"].lower() not in _INFO_KEYS:
             if m["name"] not in seen:  # a repeated name: the first one wins, as the collector does
                 seen.add(m["name"])
