@@ -382,6 +382,21 @@ def test_ras_status_report_one_record_per_file_and_a_group_with_errors_exits_1(
     assert (code, err) == (1, "")
 
 
+def test_ras_a_dead_process_with_no_communicator_left_exits_1_without_a_not_a_report_record(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dead = CASES / "ras" / "nccl_example08_2.30.7_exit_dead_no_comm_data" / "status.txt"
+    code, out, err = fabricd(capsys, "ras", dead)
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema("ras"))
+    assert (doc[0]["groups"], doc[0]["errors"][0], code, err) == ([], "DEAD", 1, "")
+    # the table pasted without its title: its group is read, its MISMATCH is the failure
+    table = CASES / "ras" / "nccl_example08_2.30.7_sleep_mismatch_table_only" / "status.txt"
+    code, out, err = fabricd(capsys, "ras", table, "--format", "csv")
+    assert out.splitlines()[1:] == [f"{table},,0,1,2,4,,8,8,RUNNING,MISMATCH"]
+    assert (code, err) == (1, "")
+
+
 def test_ras_on_something_else_is_a_failure_record_not_an_empty_report(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = fabricd(capsys, "ras", MLX4)
     assert json.loads(out) == [{"file": str(MLX4), "nccl_version": None, "groups": [], "errors": [], "warnings": []}]
@@ -415,6 +430,12 @@ def test_nccl_given_a_ras_report_is_a_failed_run_naming_parse_ras(capsys: pytest
         }
     ]
     assert (code, err) == (1, "")
+    # a report pasted from its table's header only (NVIDIA's RAS example) is recognized too
+    table = CASES / "ras" / "nccl_example08_2.30.7_sleep_mismatch_table_only" / "status.txt"
+    code, out, err = fabricd(capsys, "nccl", table)
+    assert json.loads(out)[0]["error"].endswith(
+        "this is an NCCL RAS status report (ncclras); read it with `fabricd parse ras`"
+    )
 
 
 def test_ras_given_an_nccl_tests_log_fails_naming_parse_nccl(capsys: pytest.CaptureFixture[str]) -> None:

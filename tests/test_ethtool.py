@@ -147,6 +147,18 @@ def test_a_driver_info_command_pasted_before_the_statistics_is_a_command_line() 
     assert parse_ethtool_stats("# ethtool --driver eth7\n     rx_packets: 1\n").interface is None
 
 
+def test_a_grep_of_the_dump_sosreport_saved_is_a_command_line_naming_the_interface() -> None:
+    # ryran/xsos#112: "$ grep pause sos_commands/networking/ethtool_-S_eth1" and 3 statistics.
+    text = (CASES / "ethtool" / "xsos112_grep_pause_sosreport_file" / "input.txt").read_text()
+    result = parse_ethtool_stats(text)
+    assert (result.interface, [(s.raw, s.value) for s in result.stats], result.problems) == (
+        "eth1",
+        [("rx_pause_frames", 95331), ("rx_constant_pause_events", 0), ("tx_pause_frames", 0)],
+        [],
+    )
+    assert [p.text for p in parse_ethtool_stats("     <etc etc>\n     rx_packets: 1\n").problems] == ["<etc etc>"]
+
+
 def test_real_cx4lx_pause_duration_is_seconds() -> None:
     got = by_name("blog_mlx5_cx4lx_tx_global_pause_pci_grep")
     assert got[("tx_pause_duration", "global")]["value"] == pytest.approx(555.665182)  # 555665182 us

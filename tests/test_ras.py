@@ -9,7 +9,7 @@ import pytest
 
 from collectors.ras import RasCollector, RasFactories
 from fabricd.collector import CollectorConfigError, build
-from fabricd.parsers.ras import CommGroup, parse_status
+from fabricd.parsers.ras import CommGroup, parse_status, problems
 from fabricd.ras import check_version
 from tests.helpers import CASES
 
@@ -68,6 +68,36 @@ def test_ranks_per_node_as_a_range() -> None:
     assert report.groups == [CommGroup(0, 1, 4, 7, 32, 32, "RUNNING", "INCOMPLETE", ranks_per_node_max=8)]
     assert report.errors[-1] == "The missing rank: 21" and len(report.errors) == 6
     assert report.warnings == ["TIMEOUT", "Encountered 2 communication timeouts while gathering communicator data"]
+
+
+def test_a_report_pasted_from_its_table_header_keeps_its_group() -> None:
+    # NVIDIA's own RAS examples start at "Group  Comms ...", without the "Communicators..." title.
+    straggler = (CASES / "ras" / "nccl_example08_2.30.7_sleep_mismatch_table_only" / "status.txt").read_text()
+    report = parse_status(straggler)
+    assert (report.version, report.communicators) == ("", True)
+    assert report.groups == [CommGroup(0, 1, 2, 4, 8, 8, "RUNNING", "MISMATCH")]
+    assert report.errors == [] and report.warnings[0] == "#0-0 (78db921d1c117b4a) MISMATCH"
+    assert problems(straggler, report) == []
+    crash = (CASES / "ras" / "nvblog_nccl2.24_crash_dead_incomplete_table_only" / "status.txt").read_text()
+    report = parse_status(crash)  # blanks collapsed, as the blog's rendered page has them
+    assert report.groups == [CommGroup(0, 1, 4, 7, 32, 32, "RUNNING", "INCOMPLETE", ranks_per_node_max=8)]
+    assert report.errors[:2] == ["DEAD", "1 job process is considered dead (unreachable via the RAS network)"]
+    assert report.errors[-1] == "The missing rank: 21" and len(report.errors) == 6
+    assert problems(crash, report) == []
+
+
+def test_no_communicator_left_is_still_a_report_with_its_dead_process() -> None:
+    text = (CASES / "ras" / "nccl_example08_2.30.7_exit_dead_no_comm_data" / "status.txt").read_text()
+    report = parse_status(text)
+    assert (report.groups, report.communicators, problems(text, report)) == ([], True, [])
+    assert report.errors == [
+        "DEAD",
+        "1 job process is considered dead (unreachable via the RAS network)",
+        "Process 3748990 on node node1 managing GPU 3",
+    ]
+    assert report.warnings == []
+    # an Errors section alone (no table, no version, no title) is not taken for a report
+    assert problems("Errors\n======\nDEAD\n", parse_status("Errors\n======\nDEAD\n")) != []
 
 
 @pytest.mark.parametrize(

@@ -67,11 +67,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _failed(kind: str, doc: Any) -> bool:
-    """A failed NCCL run, or a RAS communicator group with errors: data, and still a failure."""
+    """A failed NCCL run, or a RAS report with errors (a communicator group's, or RAS's own Errors
+    section: a DEAD process is listed there even with no communicator left to show it): data, and
+    still a failure."""
     if kind == "nccl":
         return any(r["status"] != "ok" for r in doc)
     if kind == "ras":
-        return any(g["errors"] != "OK" for report in doc for g in report["groups"])
+        return any(report["errors"] or any(g["errors"] != "OK" for g in report["groups"]) for report in doc)
     return False
 
 

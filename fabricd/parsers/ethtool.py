@@ -44,6 +44,10 @@ _COMMAND = re.compile(
 _STATISTICS = frozenset({"-S", "--statistics"})
 # The prompt left alone on the last line of a pasted session (``[root@xg-esm-data-2: ~]#``).
 _BARE_PROMPT = re.compile(_PROMPT)
+# Another command at a prompt: a ``grep`` or ``cat`` of the dump sosreport saved, which names the
+# interface in its file name (``$ grep pause sos_commands/networking/ethtool_-S_eth1``, ryran/xsos#112).
+_PROMPTED = re.compile(rf"{_PROMPT}\s+\S.*")
+_SOSREPORT_FILE = re.compile(r"ethtool_-S_(?P<ifname>[\w.:@-]+)")
 _INFO_KEYS = frozenset(
     {
         "driver",
@@ -160,6 +164,9 @@ def parse_ethtool_stats(text: str, driver: str | None = None) -> EthtoolResult:
                 stats.append(stat(m["name"], int(m["value"]), driver or ""))
         elif _ignored(stripped):
             continue
+        elif _PROMPTED.fullmatch(stripped):
+            saved = _SOSREPORT_FILE.search(stripped)
+            interface = interface or (saved["ifname"] if saved else None)
         else:
             problems.append(problem(number, "not an ethtool 'name: value' statistic", stripped))
     if not stats:

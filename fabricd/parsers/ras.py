@@ -17,6 +17,13 @@ from fabricd.parsers.common import Problem, problem
 # ranksPerNodeMin, ranksPerNodeMax)`` then ``"%5d  %8d  %8d  %8s  ..."``; the NCCL RAS docs show
 # ``0  1  4  7-8  32  32  RUNNING  INCOMPLETE`` for a job with one process stopped).
 _GROUP_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)(?:-(\d+))?\s+(\d+)\s+(\d+)\s+([A-Z_]+)\s+(\S+)\s*$")
+# The table's own header opens the section too: reports are pasted from it on, without the
+# ``Communicators... (0.002s)`` title (NVIDIA/nccl docs/examples/08_ras/01_fault_detection, the
+# straggler walkthrough; NVIDIA's NCCL 2.24 blog post, whose rendered text also collapses the blanks).
+_TABLE_HEADER = re.compile(r"^\s*Group\s+Comms\s+Nodes\b")
+# What RAS prints in place of the table when no communicator answered (NVIDIA/nccl
+# src/ras/client_support.cc): the survivors have torn theirs down, a DEAD process stays in Errors.
+NO_COMMUNICATORS = "No communicator data collected!"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,7 @@ class RasReport:
     groups: list[CommGroup] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # lines of the Errors section
     warnings: list[str] = field(default_factory=list)
+    communicators: bool = False  # a Communicators section was read (its title, its table's header)
 
 
 def parse_status(text: str) -> RasReport:
@@ -49,6 +57,9 @@ def parse_status(text: str) -> RasReport:
             report.version = stripped.split()[2]
         elif stripped in ("Job summary", "Errors", "Warnings") or stripped.startswith("Communicators"):
             section = stripped.split()[0].rstrip(".")
+            report.communicators |= section == "Communicators"
+        elif _TABLE_HEADER.match(line):
+            section, report.communicators = "Communicators", True
         elif set(stripped) <= {"="} or not stripped:
             continue
         elif section == "Communicators" and (m := _GROUP_ROW.match(line)):
@@ -67,8 +78,8 @@ def _group(m: re.Match[str]) -> CommGroup:
 
 
 def problems(text: str, report: RasReport) -> list[Problem]:
-    """Why ``text`` is not a RAS report: no version line and no communicator group read."""
-    if report.version or report.groups:
+    """Why ``text`` is not a RAS report: no version line and no Communicators section read."""
+    if report.version or report.communicators:
         return []
     first = next((line for line in text.splitlines() if line.strip()), "")
     return [problem(0, "not an NCCL RAS status report: no 'NCCL version' line and no Communicators table", first)]

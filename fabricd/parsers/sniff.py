@@ -43,6 +43,7 @@ SIGNS: dict[str, tuple[re.Pattern[str], ...]] = {
     "ras": (
         re.compile(r"^\s*CUDA runtime version \d+, driver version \d+", _M),
         re.compile(r"^\s*(?:Job summary|Communicators\.\.\. \(\S+\)|Communicators\.\.\.)\s*$", _M),
+        re.compile(r"^\s*Group\s+Comms\s+Nodes\s+Ranks\b", _M),  # the table pasted alone (NVIDIA's examples)
     ),
     # ethtool's own first line; captures start with their command line (tests/cases/ethtool).
     "ethtool": (re.compile(r"^\s*(?:NIC statistics:\s*$|#?\s*\$?\s*ethtool -S\s)", _M),),
