@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ TOPO = fat_tree(16, 2, 4, SPINES, "roce")
 NODES = sorted(TOPO.nodes)
 PEERS = {n: [NODES[(i + k) % 16] for k in (1, 4, 8, 12)] for i, n in enumerate(NODES)}
 ORACLE = path_oracle(TOPO, SPINES)
+TOPO_LEAF = {n: TOPO.uplink(f"{n}/mlx5_0").b for n in NODES}  # type: ignore[union-attr]
 
 
 def engine() -> DetectionEngine:
@@ -308,3 +310,71 @@ def test_an_agent_back_within_the_lateness_but_a_scrape_late_says_nothing_either
     assert opened(_delivered(c, 40, pairs, _starts(c, restarted, back, False), {})) == [
         (IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")
     ]
+
+
+def test_a_burst_of_lost_probes_all_over_the_fleet_is_the_hosts_not_a_link() -> None:
+    """The routed lab's fresh central (CI at 9805d4d): every agent drained its spool at once on the
+    machine's 2 cores, and within 3 s 60 of 132 pairs, on every leaf, lost 1-6 probes each. One
+    node's host link gathered 8 of them and opened as a lossy link. Here 45 % of the pairs (a fixed
+    draw, on every leaf) lose 2-6 probes in one scrape, under half of all pairs (the probing-failure
+    share). No element's pairs lose more often than the pairs elsewhere: nothing opens. A lossy
+    link afterwards opens on that link alone."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    fault = "leaf-03~spine-02"
+    draw = random.Random(9805)
+    every = [(n, p) for n in NODES for p in PEERS[n]]
+    burst = {pair: draw.randint(2, 6) / 100 for pair in every if draw.random() < 0.45}
+    assert 0.35 < len(burst) / len(every) < 0.6
+    assert {TOPO_LEAF[n] for pair in burst for n in pair} == set(TOPO_LEAF.values())
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        if step(ts, c) == 10:
+            return (burst.get((src, dst), 0.0), 20e-6)
+        return (0.02 if 25 <= step(ts, c) < 40 and fault in ORACLE(src, dst) else 0.0, 20e-6)
+
+    changes = replay(engine(), c.rounds(50, pairs=pairs))
+    assert opened(changes) == [(IncidentKind.PACKET_LOSS, fault)]
+    assert min(i.started_ts for i in changes) >= c.start + 25 * c.interval
+    # the rule parameters that ask it (rules/detection/loss.yaml), turned off: the burst opens again
+    off = engine()
+    off.rules.params.update(loss_background_factor=0.0, loss_background_significance=1.1)
+    assert len(opened(replay(off, c.rounds(50, pairs=pairs)))) > 1
+
+
+def test_two_lossy_links_at_once_each_stand_out_from_the_pairs_elsewhere() -> None:
+    """The background (the pairs that cannot cross an element) holds the other fault's pairs while
+    it is not blamed yet: each fault's pairs are still its element's majority and the rest's
+    minority, so both open, on their own elements and nothing else, seen by their probes alone."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    fabric, host = "leaf-03~spine-02", "node-001"
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        lossy = fabric in ORACLE(src, dst) or host in (src, dst)
+        return (0.02 if 10 <= step(ts, c) < 30 and lossy else 0.0, 20e-6)
+
+    changes = replay(engine(), c.rounds(40, pairs=pairs))
+    assert sorted(opened(changes)) == [
+        (IncidentKind.PACKET_LOSS, fabric),
+        (IncidentKind.PACKET_LOSS, "node-001/mlx5_0~leaf-01"),
+    ]
+
+
+def test_pairs_to_a_node_gone_for_good_are_not_counted_among_the_probed_pairs() -> None:
+    """node-006's peers go on reporting their pairs to it, every probe lost, while settlement leaves
+    it out: those pairs say nothing of their paths, so they neither clear the elements they cross
+    nor count among the probed pairs (the probing-failure share, the background of
+    ``fabricd.detect.background``). They were counted healthy before."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    dead = "node-006"
+    detection = Detection(engine())
+    detection.expect(c.nodes, c.start)
+    for batch in c.rounds(30, pairs=lambda ts, src, dst: (1.0 if dst == dead and step(ts, c) >= 20 else 0.0, 20e-6)):
+        ts = batch[0][1].ts
+        for node in NODES:
+            if node != dead or step(ts, c) < 20:
+                detection.offer(node, [s for n, s in batch if n == node], ts + 1.0)
+        detection.tick(ts + 7.0)
+    probed = set(detection.engine._healthy(ts))
+    to_dead = {(n, dead) for n in NODES if dead in PEERS[n]}
+    assert to_dead and not to_dead & probed
+    assert {(n, p) for n in NODES for p in PEERS[n] if dead not in (n, p)} <= probed

@@ -67,3 +67,19 @@ def test_a_pair_never_answered_is_not_lossy_until_a_reply_came_and_then_an_outag
         r.hold("a", "x", "", (), ts, value)
         r.release("probe_loss_ratio", observe)
     assert seen == [(120.0, 0.4), (130.0, 0.0), (140.0, 1.0)]
+
+
+def test_a_pair_to_a_left_out_peer_or_never_answered_says_nothing_of_its_path() -> None:
+    r = Responders()
+
+    def observe(signal: str, node: str, peer: str, port: str, labels: Labels, ts: float, value: float) -> None:
+        pass
+
+    r.hold("a", "b", "", (), 100.0, 0.0)  # answered
+    r.hold("a", "c", "", (), 100.0, 1.0)  # never answered: no responder there
+    r.release("probe_loss_ratio", observe)
+    assert [r.says_nothing(p) for p in (("a", "b"), ("a", "c"), ("a", "d"))] == [False, True, False]
+    r.silent = frozenset({"b"})  # b's agent unheard past the lateness: a dead host, say
+    assert r.says_nothing(("a", "b")) and not r.says_nothing(("b", "a"))  # b's own pairs go stale instead
+    r.silent = frozenset()
+    assert not r.says_nothing(("a", "b"))

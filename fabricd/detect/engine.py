@@ -327,7 +327,7 @@ class DetectionEngine:
 
     def _healthy(self, now: float) -> list[tuple[str, str]]:
         horizon = now - self.rules.lifecycle.stale_seconds
-        return [p for p, ts in self._pairs.items() if ts >= horizon]
+        return [p for p, ts in self._pairs.items() if ts >= horizon and not self.responders.says_nothing(p)]
 
     # --- device names -> HCA port ids -----------------------------------------------------------
 

@@ -22,6 +22,7 @@ a new one elsewhere on the path.
 
 from __future__ import annotations
 
+from fabricd.detect.background import no_worse_than_elsewhere
 from fabricd.detect.base import PAIR_SIGNALS, EvalContext, by_leaf, spread
 from fabricd.detect.incidents import Proposal
 from fabricd.detect.network import Evidence3, PairGuard, cluster_network
@@ -49,7 +50,12 @@ def _flaps(ctx: EvalContext) -> list[Proposal]:
     # on the prober's own host link, a scrape before the flapping one's link_downed arrived): an
     # outage seen by pairs alone needs as many pairs as probe loss does (a link that goes down cuts
     # every pair through it at once). A host link's flap has its port's link_downed besides.
-    guard = PairGuard(int(ctx.param("flap_min_pairs", 2)), ctx.param("flap_consistency", 0.5), LOSS_PLACES)
+    guard = PairGuard(
+        int(ctx.param("flap_min_pairs", 2)),
+        ctx.param("flap_consistency", 0.5),
+        LOSS_PLACES,
+        background=no_worse_than_elsewhere(ctx, "probe_loss_ratio", [IncidentKind.LINK_FLAP]),
+    )
     out = cluster_network(
         ctx,
         IncidentKind.LINK_FLAP,
@@ -98,6 +104,8 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
         ctx.param("loss_consistency", 0.5),
         LOSS_PLACES,
         marked_consistency=ctx.param("loss_consistency_corroborated", 0.25),
+        # a burst of lost probes all over the fleet is the hosts' (background.py)
+        background=no_worse_than_elsewhere(ctx, "probe_loss_ratio", [IncidentKind.PACKET_LOSS]),
     )
     fired_weak = [f for f in found if f.signal in WEAK]
     return cluster_network(

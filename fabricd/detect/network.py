@@ -39,14 +39,14 @@ class PairGuard:
     marked_consistency: float | None = None  # asked instead while fired marks behind several leaves concur
     witness: Callable[[Cluster], bool] | None = None  # under min_pairs: do NCCL runs stand for the rest
     probers_alone: Callable[[Cluster, Sequence[Symptom]], bool] | None = None  # ``sides.one_sided``
+    background: Callable[[Cluster, Sequence[Symptom]], bool] | None = None  # ``background.py``, last
 
     def passes(self, c: Cluster, marked: bool = False, healthy: Sequence[Symptom] = ()) -> bool:
         need = min(self.min_consistency, self.marked_consistency or 1.0) if marked else self.min_consistency
         if c.element in self.excluded or c.consistency < need or c.kind not in self.types:
             return False
-        if self.probers_alone is not None and self.probers_alone(c, healthy):
-            return False
-        return c.pair_count >= self.min_pairs or (c.pair_count > 0 and self.witness is not None and self.witness(c))
+        enough = c.pair_count >= self.min_pairs or (c.pair_count > 0 and self.witness is not None and self.witness(c))
+        return enough and not any(v(c, healthy) for v in (self.probers_alone, self.background) if v is not None)
 
 
 def cluster_network(

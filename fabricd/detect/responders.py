@@ -99,6 +99,13 @@ class Responders:
         p = self.peers.get(peer)
         return p is not None and ts > p.absent_from and since < p.start + MARGIN_SECONDS
 
+    def says_nothing(self, pair: tuple[str, str]) -> bool:
+        """Whether a probed pair says nothing of its path now, so that it neither clears an element
+        nor counts among the probed pairs: its peer is left out of the moment (a dead host's peers
+        still report its pairs, every probe lost, and were counted healthy), or it has reported loss
+        but never been answered."""
+        return pair[1] in self.silent or (pair in self.scraped and pair not in self.answered)
+
     def hold(self, node: str, peer: str, port: str, labels: Labels, ts: float, value: float) -> None:
         """A pair's loss ratio for its scrape at ``ts`` (since its previous one), observed at ``release``."""
         since = self.scraped.get((node, peer), NEVER)
