@@ -21,9 +21,6 @@ _GROUP_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)(?:-(\d+))?\s+(\d+)\s
 # ``Communicators... (0.002s)`` title (NVIDIA/nccl docs/examples/08_ras/01_fault_detection, the
 # straggler walkthrough; NVIDIA's NCCL 2.24 blog post, whose rendered text also collapses the blanks).
 _TABLE_HEADER = re.compile(r"^\s*Group\s+Comms\s+Nodes\b")
-# What RAS prints in place of the table when no communicator answered (NVIDIA/nccl
-# src/ras/client_support.cc): the survivors have torn theirs down, a DEAD process stays in Errors.
-NO_COMMUNICATORS = "No communicator data collected!"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +42,10 @@ class RasReport:
     groups: list[CommGroup] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # lines of the Errors section
     warnings: list[str] = field(default_factory=list)
-    communicators: bool = False  # a Communicators section was read (its title, its table's header)
+    # A Communicators section was read (its title, its table's header). With no group it is still a
+    # report: RAS prints "No communicator data collected!" there once the survivors have torn their
+    # communicators down, and a DEAD process stays under Errors (NVIDIA/nccl src/ras/client_support.cc).
+    communicators: bool = False
 
 
 def parse_status(text: str) -> RasReport:
