@@ -359,22 +359,25 @@ def test_two_lossy_links_at_once_each_stand_out_from_the_pairs_elsewhere() -> No
     ]
 
 
-def test_pairs_to_a_node_gone_for_good_are_not_counted_among_the_probed_pairs() -> None:
-    """node-006's peers go on reporting their pairs to it, every probe lost, while settlement leaves
-    it out: those pairs say nothing of their paths, so they neither clear the elements they cross
-    nor count among the probed pairs (the probing-failure share, the background of
-    ``fabricd.detect.background``). They were counted healthy before."""
+def test_pairs_never_answered_are_not_counted_among_the_probed_pairs() -> None:
+    """node-006 never answers a probe (no responder there: a name that does not answer). Its
+    peers report their pairs to it, every probe lost, from the start: those pairs are not lossy
+    (reachability, ``fabricd.detect.responders``), and they say nothing of their paths either, so
+    they neither clear the elements they cross nor count among the probed pairs (the
+    probing-failure share, the background of ``fabricd.detect.background``). They were counted
+    healthy before. Once answered, a pair counts."""
     c = Cluster(NODES, hcas=2, probe_peers=PEERS)
-    dead = "node-006"
-    detection = Detection(engine())
-    detection.expect(c.nodes, c.start)
-    for batch in c.rounds(30, pairs=lambda ts, src, dst: (1.0 if dst == dead and step(ts, c) >= 20 else 0.0, 20e-6)):
-        ts = batch[0][1].ts
-        for node in NODES:
-            if node != dead or step(ts, c) < 20:
-                detection.offer(node, [s for n, s in batch if n == node], ts + 1.0)
-        detection.tick(ts + 7.0)
-    probed = set(detection.engine._healthy(ts))
-    to_dead = {(n, dead) for n in NODES if dead in PEERS[n]}
-    assert to_dead and not to_dead & probed
-    assert {(n, p) for n in NODES for p in PEERS[n] if dead not in (n, p)} <= probed
+    mute = "node-006"
+    e = engine()
+    answering = 20
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (1.0 if dst == mute and step(ts, c) < answering else 0.0, 20e-6)
+
+    to_mute = {(n, mute) for n in NODES if mute in PEERS[n]}
+    every = {(n, p) for n in NODES for p in PEERS[n]}
+    for k, batch in enumerate(c.rounds(answering + 2, pairs=pairs)):
+        assert e.process(batch) == []
+        probed = set(e._healthy(batch[0][1].ts))
+        assert probed == (every - to_mute if k < answering else every)
+    assert to_mute

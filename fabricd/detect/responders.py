@@ -100,11 +100,14 @@ class Responders:
         return p is not None and ts > p.absent_from and since < p.start + MARGIN_SECONDS
 
     def says_nothing(self, pair: tuple[str, str]) -> bool:
-        """Whether a probed pair says nothing of its path now, so that it neither clears an element
-        nor counts among the probed pairs: its peer is left out of the moment (a dead host's peers
-        still report its pairs, every probe lost, and were counted healthy), or it has reported loss
-        but never been answered."""
-        return pair[1] in self.silent or (pair in self.scraped and pair not in self.answered)
+        """Whether a probed pair says nothing of its path, so that it neither clears an element nor
+        counts among the probed pairs: it has reported loss but has never been answered (no
+        responder there: the fleet's start, a name that does not answer), and was counted healthy.
+        A pair to a ``silent`` peer still counts: the central catching up on a backlog settles its
+        moments with most of the fleet left out (processing time far past event time), and
+        counting none of their pairs moved a congested link's incident onto its leaf
+        (tests/test_cli_incident.py replays a stored run so)."""
+        return pair in self.scraped and pair not in self.answered
 
     def hold(self, node: str, peer: str, port: str, labels: Labels, ts: float, value: float) -> None:
         """A pair's loss ratio for its scrape at ``ts`` (since its previous one), observed at ``release``."""
