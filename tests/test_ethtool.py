@@ -159,6 +159,24 @@ def test_a_grep_of_the_dump_sosreport_saved_is_a_command_line_naming_the_interfa
     assert [p.text for p in parse_ethtool_stats("     <etc etc>\n     rx_packets: 1\n").problems] == ["<etc etc>"]
 
 
+def test_grep_over_several_saved_dumps_reads_the_first_interface_and_names_the_others() -> None:
+    # The shape of ryran/xsos#65's command, egrep "drop|err" sos_commands/networking/ethtool_-S_eth*:
+    # grep prefixes each line with its file. The names were read with the prefix in them, exit 0.
+    text = (
+        "sos_commands/networking/ethtool_-S_eth0:     rx_errors: 5\n"
+        "sos_commands/networking/ethtool_-S_eth0:     rx_prio3_discards: 2\n"
+        "sos_commands/networking/ethtool_-S_eth1:     rx_missed_errors: 7\n"
+    )
+    result = parse_ethtool_stats(text, "mlx5_core")
+    assert (result.interface, [(s.raw, s.name, s.value) for s in result.stats]) == (
+        "eth0",
+        [("rx_errors", None, 5), ("rx_prio3_discards", "rx_priority_discards", 2)],
+    )
+    assert [(p.line, p.message) for p in result.problems] == [
+        (3, "a statistic of another interface (eth1): give each interface's dump a file of its own")
+    ]
+
+
 def test_real_cx4lx_pause_duration_is_seconds() -> None:
     got = by_name("blog_mlx5_cx4lx_tx_global_pause_pci_grep")
     assert got[("tx_pause_duration", "global")]["value"] == pytest.approx(555.665182)  # 555665182 us

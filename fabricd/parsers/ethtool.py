@@ -48,6 +48,9 @@ _BARE_PROMPT = re.compile(_PROMPT)
 # interface in its file name (``$ grep pause sos_commands/networking/ethtool_-S_eth1``, ryran/xsos#112).
 _PROMPTED = re.compile(rf"{_PROMPT}\s+\S.*")
 _SOSREPORT_FILE = re.compile(r"ethtool_-S_(?P<ifname>[\w.:@-]+)")
+# grep over several saved dumps prefixes each line with its file (``egrep "drop|err"
+# sos_commands/networking/ethtool_-S_eth*``, ryran/xsos#65): ``.../ethtool_-S_eth0:     rx_errors: 5``.
+_GREP_PREFIX = re.compile(r"\s*\S*ethtool_-S_(?P<ifname>[\w.@-]+):(?=\s)")
 _INFO_KEYS = frozenset(
     {
         "driver",
@@ -155,6 +158,18 @@ def parse_ethtool_stats(text: str, driver: str | None = None) -> EthtoolResult:
     info = _key_values("\n".join(line for line in text.splitlines() if not _STAT_LINE.fullmatch(line)))
     driver = driver or info.get("driver") or None
     for number, line in enumerate(text.splitlines(), 1):
+        if prefix := _GREP_PREFIX.match(line):  # one interface's statistics per result
+            interface = interface or prefix["ifname"]
+            if prefix["ifname"] != interface:
+                problems.append(
+                    problem(
+                        number,
+                        f"a statistic of another interface ({prefix['ifname']}): give each interface's dump a file of its own",
+                        line.strip(),
+                    )
+                )
+                continue
+            line = line[prefix.end() :]
         stripped = line.strip()
         if m := _COMMAND.match(stripped):
             interface = interface or (m["ifname"] if m["option"] in _STATISTICS else None)
