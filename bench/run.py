@@ -30,6 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_metrics import bench_central_page, bench_exposition
+from loadgen import post_all
 from measure import Stat, free_port, pid_cpu_seconds, pid_rss_bytes, run_child
 
 REPO = Path(__file__).resolve().parent.parent
@@ -434,35 +435,6 @@ def _check_points(url: str, total: int) -> None:
         raise RuntimeError(f"the counters said {total} points were stored, the table holds {got}")
 
 
-def post_all(url: str, bodies: list[bytes], concurrency: int = 8) -> float:
-    """POST every body with ``concurrency`` agents in flight; returns wall seconds."""
-    import asyncio
-
-    async def go() -> float:
-        queue: asyncio.Queue[bytes] = asyncio.Queue()
-        for b in bodies:
-            queue.put_nowait(b)
-        headers = {"Content-Type": "application/msgpack", "Content-Encoding": "gzip"}
-
-        async def agent(client: httpx.AsyncClient) -> None:
-            while not queue.empty():
-                body = queue.get_nowait()
-                while True:
-                    r = await client.post(f"{url}/api/v1/ingest", content=body, headers=headers, timeout=60)
-                    if r.status_code == 200:
-                        break
-                    if r.status_code not in (429, 503):
-                        raise RuntimeError(f"ingest answered {r.status_code}: {r.text[:300]}")
-                    await asyncio.sleep(float(r.headers.get("Retry-After", "0.2")))
-
-        start = time.perf_counter()
-        async with httpx.AsyncClient() as client:
-            await asyncio.gather(*(agent(client) for _ in range(concurrency)))
-        return time.perf_counter() - start
-
-    return asyncio.run(go())
-
-
 def _metrics_render_seconds(url: str, runs: int) -> Stat:
     def once() -> float:
         start = time.perf_counter()
@@ -503,7 +475,7 @@ STEADY_SCRAPES = 2  # timed after the ingest row's scrapes: the fleet's steady s
 def http_floor(bodies: list[bytes], samples: int) -> dict[str, float]:
     """The same bodies posted the same way to ``bench/http_floor.py`` (uvicorn and FastAPI with a
     handler that stores nothing): samples/s, and CPU µs per sample of that server and of this load
-    generator (httpx, on the same cores as the server it measures)."""
+    generator (``loadgen.py``, on the same cores as the server it measures)."""
     port = free_port()
     proc = subprocess.Popen([PY, str(REPO / "bench" / "http_floor.py"), str(port)], stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -665,7 +637,7 @@ def _floor_rows(results: list[dict[str, float]]) -> list[Row]:
             "load generator CPU per sample",
             Stat.of([r["client_cpu"] for r in results]),
             "µs",
-            "httpx posting to the floor: it shares the cores with the server it measures",
+            "bench/loadgen.py posting to the floor (pre-built requests): it shares the cores with the server it measures",
         ),
         _row(
             "ingest",
