@@ -113,7 +113,7 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
             t, read = clock(), pending
             while pending > 0:
                 deliveries, cursor = store.stream.read(cursor, READ_POINTS, keep=keep)
-                feed.deliver(deliveries, time.time(), whole=True)
+                feed.deliver(deliveries, time.time(), frozenset())
                 pending -= sum(d.read for d in deliveries)
             spent["detect"] += clock() - t
             if i >= learned:

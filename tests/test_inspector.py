@@ -182,8 +182,8 @@ def test_straggler_incidents_open_and_resolve_on_inspector_samples(tmp_path: Pat
             out.append(Delivery(f"node-{r.rank}", [Sample(ts, x) for x in record_readings(rec)]))
         return out
 
-    assert det.deliver(dump(100.0, 0.13195), 100.0, True) == []
-    (inc,) = det.deliver(dump(130.0, 0.13195), 130.0, True)
+    assert det.deliver(dump(100.0, 0.13195), 100.0, frozenset()) == []
+    (inc,) = det.deliver(dump(130.0, 0.13195), 130.0, frozenset())
     assert (inc.kind.value, inc.state.value, inc.element, inc.started_ts) == ("straggler", "open", "node-3", 130.0)
     assert (
         inc.summary == "rank 3 of job 4242 is 2.1x slower than its peers in AllReduce (communicator 0xd152c00f111816)"
@@ -193,7 +193,7 @@ def test_straggler_incidents_open_and_resolve_on_inspector_samples(tmp_path: Pat
         2.129,
         1.5,
     )
-    (resolved,) = det.deliver(dump(160.0, 0.062), 160.0, True)
+    (resolved,) = det.deliver(dump(160.0, 0.062), 160.0, frozenset())
     assert (resolved.key, resolved.state.value, resolved.resolved_ts) == (inc.key, "resolved", 160.0)
 
 
@@ -202,7 +202,7 @@ class _Untouched:
 
     rates_only = True
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]:
         return []
 
 
@@ -240,7 +240,7 @@ def test_stored_scrapes_without_inspector_series_are_not_built_into_samples() ->
             )
             for r in records
         ]
-        got = det.deliver([Delivery("node-9", ib), *timed], ts, True)
+        got = det.deliver([Delivery("node-9", ib), *timed], ts, frozenset())
         assert ib._built is None
     assert [(i.kind.value, i.element) for i in got] == [("straggler", "node-3")]
     stack = JobAttribution(RankStragglerDetector(EngineFeed(DetectionEngine())), None, None)  # type: ignore[arg-type]

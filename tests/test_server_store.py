@@ -640,7 +640,7 @@ def test_the_detector_follows_the_stored_topology_and_its_routes(store: Storage,
     ]
     store.topology.put(to_doc(fat_tree(4, 1, 2, 2, "roce"), {("node-001", "node-003"): route}), T0)
     detector = EngineDetector(ServerSettings(data_dir=tmp_path), store.topology)
-    assert detector.deliver([], T0, True) == []  # reads the stored topology
+    assert detector.deliver([], T0, frozenset()) == []  # reads the stored topology
     localizer = detector.engine.localizer
     assert localizer is not None
     (path,) = localizer.pair_paths("node-001", "node-003")

@@ -139,11 +139,27 @@ def test_a_scrape_still_arriving_is_not_settled_until_it_is_whole() -> None:
     for k in range(3):
         settler.offer("a", _scrape("a", k * PERIOD), now=k * PERIOD)
     settler.offer("a", _scrape("a", 3 * PERIOD)[:1], now=3 * PERIOD)  # half of a scrape read so far
-    released = [s for m in settler.tick(3 * PERIOD, whole=False) for _, s in m.samples]
+    released = [s for m in settler.tick(3 * PERIOD, partial={"a"}) for _, s in m.samples]
     assert max(s.ts for s in released) == 2 * PERIOD
     settler.offer("a", _scrape("a", 3 * PERIOD)[1:], now=3 * PERIOD)
-    rest = [s for m in settler.tick(3 * PERIOD, whole=True) for _, s in m.samples]
+    rest = [s for m in settler.tick(3 * PERIOD) for _, s in m.samples]
     assert [s.ts for s in rest] == [3 * PERIOD, 3 * PERIOD]
+
+
+def test_only_the_node_a_read_may_have_cut_waits_for_its_newest_scrape() -> None:
+    """A reader at its limit cuts at most its last delivery: the other nodes' newest scrapes are
+    whole and count, so the moment waits only for the cut node's."""
+    settler = Settler()
+    for k in range(3):
+        for node in ("a", "b"):
+            settler.offer(node, _scrape(node, k * PERIOD), now=k * PERIOD)
+    settler.offer("b", _scrape("b", 3 * PERIOD), now=3 * PERIOD)
+    settler.offer("a", _scrape("a", 3 * PERIOD)[:1], now=3 * PERIOD)  # cut: the read's last delivery
+    settler.tick(3 * PERIOD, partial={"a"})
+    assert settler.marks["b"].done_ts == 3 * PERIOD and settler.marks["a"].done_ts == 2 * PERIOD
+    settler.offer("a", _scrape("a", 3 * PERIOD)[1:], now=3 * PERIOD)
+    settler.tick(3 * PERIOD, partial={"b"})  # now b's next delivery is the cut one; a is whole again
+    assert settler.marks["a"].done_ts == 3 * PERIOD and settler.marks["b"].done_ts == 3 * PERIOD
 
 
 @pytest.mark.parametrize("phase_spread", [0.0, 0.5, 0.999])

@@ -254,13 +254,13 @@ async def test_an_agents_traced_route_reaches_the_central_and_replaces_the_ecmp_
     async with running(app) as client:
         assert (await client.put("/api/v1/topology", json=_doc_with_addresses())).status_code == 200
         detector = EngineDetector(settings, app.state.services.routed, topology_check_seconds=0.0)
-        detector.deliver([], now, True)
+        detector.deliver([], now, frozenset())
         ecmp = detector.engine.localizer.pair_paths("gpu-a1", "gpu-b1")
         body, headers = encoded(make_batch("gpu-a1", "b1", samples, now))
         assert (await client.post("/api/v1/ingest", content=body, headers=headers)).status_code == 200
         (path,) = (await client.get("/api/v1/paths")).json()
         routes = (await client.get("/api/v1/topology")).json()["routes"]
-        detector.deliver([], now + 1, True)
+        detector.deliver([], now + 1, frozenset())
         traced = detector.engine.localizer.pair_paths("gpu-a1", "gpu-b1")
     route = ["gpu-a1/eth0~rack1-leaf", f"rack1-leaf~{spine}", f"rack2-leaf~{spine}", "gpu-b1/eth0~rack2-leaf"]
     assert [h["element"] for h in path["hops"]] == ["rack1-leaf", spine, "rack2-leaf", "gpu-b1"]

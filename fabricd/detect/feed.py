@@ -6,7 +6,7 @@ The central's ``DetectionLoop`` and ``fabricd eval``'s replay both feed the engi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fabricd.detect.engine import DetectionEngine
@@ -35,9 +35,9 @@ class Detection:
         inputs = self._inputs
         self.settler.offer(node, [s for s in samples if reads(inputs, s.reading)], now, stamps_of(samples))
 
-    def tick(self, now: float, whole: bool = True) -> list[Incident]:
-        """Evaluate every moment settled at processing time ``now``."""
-        return self._run(self.settler.tick(now, whole))
+    def tick(self, now: float, partial: Collection[str] = ()) -> list[Incident]:
+        """Evaluate every moment settled at processing time ``now`` (``partial``: ``Settler.tick``)."""
+        return self._run(self.settler.tick(now, partial))
 
     def flush(self) -> list[Incident]:
         """Evaluate what is still held, whatever is missing (end of a replay, shutdown)."""

@@ -22,7 +22,7 @@ Prometheus rule evaluation assumes for its timestamps). Pure: no clock of its ow
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fabricd.model import Sample
@@ -112,7 +112,7 @@ class Settler:
     _wm: dict[str, float] = field(default_factory=dict)  # node -> watermark
     _deadline: dict[str, float] = field(default_factory=dict)  # node -> left out after this time
     _recheck_at: float = float("-inf")  # processing time a live node would next be left out
-    _last_whole: bool = True
+    _partial: frozenset[str] = frozenset()  # nodes whose newest scrape was still arriving at the last tick
 
     def expect(self, nodes: Iterable[str], now: float) -> None:
         """Nodes known before any delivery (a restart): wait for them as for the others."""
@@ -169,18 +169,20 @@ class Settler:
         self._seq += 1
         heapq.heappush(self._pending, (ts, self._seq, node, samples))
 
-    def tick(self, now: float, whole: bool = True) -> list[Moment]:
-        """Settle what can be settled at processing time ``now``; ``whole`` says every delivery that
-        arrived so far was offered whole (the reader is caught up), so each node's newest scrape is
-        complete; otherwise only the scrapes before it are."""
+    def tick(self, now: float, partial: Collection[str] = ()) -> list[Moment]:
+        """Settle what can be settled at processing time ``now``. ``partial`` names the nodes whose
+        newest delivery may have been offered in part (a reader that stopped inside it, at its
+        limit of points): of those only the scrapes before the newest count as complete; every
+        other node's newest scrape is whole."""
         self._now = now
-        if not self._changed and whole == self._last_whole and now <= self._recheck_at:
+        partial = frozenset(partial)
+        if not self._changed and partial == self._partial and now <= self._recheck_at:
             return []  # no delivery and no node past its lateness since: nothing can have moved
-        if whole != self._last_whole:
-            self._dirty.update(self.marks)  # which scrape counts as whole changed for every node
-        self._changed, self._last_whole = False, whole
+        # which scrape counts as whole changed for the nodes that became partial or whole again
+        self._dirty.update(n for n in partial ^ self._partial if n in self.marks)
+        self._changed, self._partial = False, partial
         for node in self._dirty:
-            self._update(node, whole)
+            self._update(node, node not in partial)
         self._dirty.clear()
         first_deadline = min(self._deadline.values(), default=float("inf"))
         if not self._wm:

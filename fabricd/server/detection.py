@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fabricd.detect.settle import SettleParams
 from fabricd.model import Incident, IncidentState, Inputs
 from fabricd.server.metrics import ServerMetrics
+from fabricd.server.read_timing import ReadTiming
 from fabricd.server.store.protocols import IncidentSink, SampleSource, TopologyReader
 from fabricd.server.store.records import Delivery, Keep, NotFound
 from fabricd.settings import ServerSettings
@@ -44,7 +45,7 @@ CURSOR_SAVE_SECONDS = 1.0
 class Detector(Protocol):
     def expect(self, nodes: Iterable[str], now: float) -> None: ...
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]: ...
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]: ...
 
     def settled(self) -> float | None: ...
 
@@ -115,7 +116,8 @@ class DetectionLoop:
         self._late_seen = 0
         self._written: dict[str, float] = {}  # incident key -> updated_ts last stored
         self._keep = keep_for(detector)
-        detector.expect(nodes, clock())
+        self._reading = ReadTiming(chunk, getattr(stream, "partition_of", None))
+        self._expected: list[str] | None = list(nodes)
         # What a previous engine stored open is this one's to confirm, narrow or resolve (a restart,
         # a new correlator): adopted before the warm-up, whose proposals then see them open as the
         # previous engine's did. Otherwise an incident opened before the warm-up's window would stay
@@ -133,8 +135,7 @@ class DetectionLoop:
         deliveries, cursor = self.stream.read(self.cursor, self.chunk, keep=self._keep)
         count = sum(d.read for d in deliveries)
         now = self.clock()
-        whole = count < self.chunk  # a full chunk may have cut a delivery: its last scrape may be partial
-        for inc in self.detector.deliver(deliveries, now, whole):
+        for inc in self._deliver(deliveries, now):
             self._store(inc)
         self._refresh()
         if count:
@@ -149,7 +150,7 @@ class DetectionLoop:
             self.cursor, self.chunk, upto=self._warm, keep=self._keep
         )
         count = sum(d.read for d in deliveries)
-        self.detector.deliver(deliveries, self.clock(), count < self.chunk)
+        self._deliver(deliveries, self.clock())
         self.cursor = cursor
         if not count:  # every partition is back at its saved cursor: from here on, as always
             self._warm = None
@@ -160,6 +161,13 @@ class DetectionLoop:
             self._adopted = []
             logs.event(log, logging.INFO, "detection state rebuilt; evaluating from the saved cursor")
         return max(count, 1)
+
+    def _deliver(self, deliveries: Sequence[Delivery], wall: float) -> list[Incident]:
+        processing, partial = self._reading.timing(deliveries, wall)
+        if self._expected is not None:  # expected from the first read's processing time on
+            self.detector.expect(self._expected, processing)
+            self._expected = None
+        return self.detector.deliver(deliveries, processing, partial)
 
     def _store(self, inc: Incident) -> None:
         iid, transition = self.incidents.upsert(inc)
@@ -224,10 +232,10 @@ class EngineFeed:
     def expect(self, nodes: Iterable[str], now: float) -> None:
         self.detection.expect(nodes, now)
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]:
         for d in deliveries:
             self.detection.offer(d.node, d.samples, now, d.stamps)
-        return self.detection.tick(now, whole)
+        return self.detection.tick(now, partial)
 
     def inputs(self) -> Inputs:
         return self.engine.inputs()
@@ -270,9 +278,9 @@ class EngineDetector(EngineFeed):
         self._topology_ts: float | None = None
         self._next_check = 0.0
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]:
         self._refresh_topology()
-        return super().deliver(deliveries, now, whole)
+        return super().deliver(deliveries, now, partial)
 
     def _refresh_topology(self) -> None:
         from fabricd.topology import from_doc, replies_of, routes_of

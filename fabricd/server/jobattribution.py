@@ -58,8 +58,8 @@ class JobAttribution:
         inner = getattr(self.inner, "inputs", None)
         return inner() if inner is not None else None
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
-        incidents = self.inner.deliver(deliveries, now, whole)
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]:
+        incidents = self.inner.deliver(deliveries, now, partial)
         if incidents:
             self._refresh_topology()
         for inc in incidents:

@@ -129,6 +129,10 @@ class PartitionedStream:
             newest[p] = None if last is None or was is None else max(was, int(last))
         return {p: _Nodes(names[p], newest[p]) for p in names}
 
+    def partition_of(self, node: str) -> int:
+        """The partition whose ordered stream holds ``node``'s points (``read_timing.ReadTiming``)."""
+        return self.names.partition(node)
+
     def head(self) -> int:
         return self.db.max_point_id()
 

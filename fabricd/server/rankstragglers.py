@@ -65,10 +65,10 @@ class RankStragglerDetector:
             return None
         return {**wanted, SOURCE: {*wanted.get(SOURCE, ()), EXEC_TIME}}
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]:
         """The inner detector settles its share; Inspector dumps are judged as they arrive (each
         dump holds every rank of a communicator at once: there is nothing to wait for)."""
-        out = self.inner.deliver(deliveries, now, whole)
+        out = self.inner.deliver(deliveries, now, partial)
         return out + self._ranks([(d.node, s) for d in deliveries if _may_time(d.samples) for s in d.samples])
 
     def _ranks(self, samples: Sequence[tuple[str, Sample]]) -> list[Incident]:

@@ -23,8 +23,8 @@ class ImmediateDetector:
     def expect(self, nodes: Iterable[str], now: float) -> None:
         del nodes, now
 
-    def deliver(self, deliveries: Sequence[Delivery], now: float, whole: bool) -> list[Incident]:
-        del now, whole
+    def deliver(self, deliveries: Sequence[Delivery], now: float, partial: frozenset[str]) -> list[Incident]:
+        del now, partial
         samples = [(d.node, s) for d in deliveries for s in d.samples]
         self.newest = max([s.ts for _, s in samples], default=self.newest)
         return self.process(samples)

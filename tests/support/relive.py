@@ -77,9 +77,9 @@ def _replay(path: Path) -> Iterator[tuple[list, float]]:  # type: ignore[type-ar
         for _, received, count in batches:
             while tick + TICK_SECONDS < received:
                 tick += TICK_SECONDS
-                yield det.deliver([], tick, True), tick
+                yield det.deliver([], tick, frozenset()), tick
             deliveries, cursor = store.stream.read(cursor, count, keep=keep)
-            yield det.deliver(deliveries, received, True), received
+            yield det.deliver(deliveries, received, frozenset()), received
     finally:
         engine.dispose()
 
@@ -113,8 +113,8 @@ def replay_ingested(path: Path, into: Path) -> Iterator[tuple[float, list, list,
             yield (
                 received,
                 deliveries,
-                rows_detector.deliver(deliveries, received, True),
-                lists_detector.deliver(as_lists, received, True),
+                rows_detector.deliver(deliveries, received, frozenset()),
+                lists_detector.deliver(as_lists, received, frozenset()),
             )
     finally:
         source.dispose()
