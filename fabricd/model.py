@@ -10,7 +10,7 @@ Units are base units, converted once at the source (bytes, seconds, packets, ...
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,7 +164,7 @@ class Batch:
     node: str
     agent_version: str
     batch_id: str
-    samples: list[Sample]
+    samples: Sequence[Sample]  # a list, or ``wire_columns.SampleColumns`` as ingest decodes it
     health: list[CollectorHealth] = field(default_factory=list)
     schema_version: int | None = None
     created_ts: float = 0.0

@@ -11,10 +11,10 @@ built on first use; the detection engine reads the rows through the ``Layout`` i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import overload
 
+from fabricd.lazy_samples import LazySamples
 from fabricd.model import Reading, Sample, Status
 
 # One stored raw point: series_id, ts, value, rate, status, since (the store's ``PointRow``).
@@ -42,35 +42,21 @@ class Layout:
         object.__setattr__(self, "sources", frozenset(b.source for b, _how in self.entries))
 
 
-class ScrapeRows(Sequence[Sample]):
+class ScrapeRows(LazySamples):
     """The kept samples of one scrape (every row at event time ``ts``) of one node's batch."""
 
-    __slots__ = ("_built", "layout", "rows", "ts")
+    __slots__ = ("layout", "rows", "ts")
 
     def __init__(self, layout: Layout, rows: Sequence[Row], ts: float) -> None:
         self.layout, self.rows, self.ts = layout, rows, ts
-        self._built: list[Sample] | None = None
+        self._built = None
 
-    def samples(self) -> list[Sample]:
-        """The samples, as ``stream.deliveries`` builds them (once)."""
-        if self._built is None:
-            self._built = _build(self.layout, self.rows)
-        return self._built
+    def _build_samples(self) -> list[Sample]:
+        """The samples, as ``stream.deliveries`` builds them."""
+        return _build(self.layout, self.rows)
 
     def __len__(self) -> int:
         return len(self.layout.kept)
-
-    @overload
-    def __getitem__(self, i: int) -> Sample: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[Sample]: ...
-
-    def __getitem__(self, i: int | slice) -> Sample | list[Sample]:
-        return self.samples()[i]
-
-    def __iter__(self) -> Iterator[Sample]:
-        return iter(self.samples())
 
     def __repr__(self) -> str:
         return f"ScrapeRows(ts={self.ts}, kept={len(self)} of {len(self.rows)})"

@@ -29,6 +29,7 @@ from typing import Any
 import msgpack
 
 from fabricd.model import Batch, CollectorHealth, Kind, Reading, Sample, Status
+from fabricd.wire_columns import SAMPLE_FIELDS, SampleColumns, columns_of
 
 # The version this fabricd writes (N); it reads N and N-1 (``SUPPORTED_VERSIONS``, the keys of
 # ``DECODERS``). Bump it on any change a server of the previous release could not read, add its
@@ -38,21 +39,6 @@ SCHEMA_VERSION = 2
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 CONTENT_TYPES = (JSON, MSGPACK, "application/x-msgpack")
-SAMPLE_FIELDS = (
-    "ts",
-    "source",
-    "device",
-    "port",
-    "counter",
-    "name",
-    "unit",
-    "kind",
-    "labels",
-    "value",
-    "rate",
-    "status",
-    "since",
-)
 # A gzip bomb must not exhaust memory: decompression stops past this many bytes (ingest limit).
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 # Enum lookups by value: a dict hit costs a fraction of ``Kind(x)``'s call into EnumType.__call__.
@@ -131,7 +117,7 @@ def event_time_range(samples: Sequence[Sample]) -> tuple[float | None, float | N
     """(earliest, latest) event time of ``samples``; (None, None) when there are none."""
     if not samples:
         return None, None
-    times = [s.ts for s in samples]
+    times = samples.ts if isinstance(samples, SampleColumns) else [s.ts for s in samples]
     return min(times), max(times)
 
 
@@ -168,7 +154,10 @@ def decode(
     content_type: str = MSGPACK,
     gzipped: bool = False,
     max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+    columnar: bool = False,
 ) -> Batch:
+    """The batch in ``body``; ``columnar``: its samples as ``SampleColumns`` where the rows allow
+    (the central's ingest, ``fabricd/wire_columns.py``), else a list."""
     if gzipped:
         body = _gunzip(body, max_decompressed_bytes)
     base = content_type.split(";", 1)[0].strip().lower()
@@ -183,7 +172,7 @@ def decode(
         raise
     except Exception as exc:  # json/msgpack raise many types on hostile input
         raise WireError(f"body is not valid {base}: {exc}", "body") from exc
-    return batch_from_obj(obj)
+    return batch_from_obj(obj, columnar)
 
 
 def _req(obj: dict[str, Any], key: str, typ: type | tuple[type, ...]) -> Any:
@@ -195,7 +184,7 @@ def _req(obj: dict[str, Any], key: str, typ: type | tuple[type, ...]) -> Any:
     return val
 
 
-def batch_from_obj(obj: Any) -> Batch:
+def batch_from_obj(obj: Any, columnar: bool = False) -> Batch:
     if not isinstance(obj, dict):
         raise WireError("batch must be an object", "")
     version = _req(obj, "v", int)
@@ -207,10 +196,10 @@ def batch_from_obj(obj: Any) -> Batch:
             "upgrade the central service before the agents, one release at a time",
             "v",
         )
-    return decoder(obj)
+    return decoder(obj, columnar)
 
 
-def _batch_v1(obj: dict[str, Any]) -> Batch:
+def _batch_v1(obj: dict[str, Any], columnar: bool = False) -> Batch:
     node = _req(obj, "node", str)
     batch_id = _req(obj, "id", str)
     if not node or not batch_id:
@@ -223,15 +212,15 @@ def _batch_v1(obj: dict[str, Any]) -> Batch:
         node=node,
         agent_version=str(obj.get("agent", "")),
         batch_id=batch_id,
-        samples=_samples_from_rows(rows),
+        samples=(columnar and columns_of(rows)) or _samples_from_rows(rows),
         health=[_health_from_row(i, row) for i, row in enumerate(health_rows)],
         schema_version=obj["v"],
         created_ts=_number(obj.get("ts", 0.0), "ts") or 0.0,
     )
 
 
-def _batch_v2(obj: dict[str, Any]) -> Batch:
-    batch = _batch_v1(obj)
+def _batch_v2(obj: dict[str, Any], columnar: bool = False) -> Batch:
+    batch = _batch_v1(obj, columnar)
     batch.instance = _req(obj, "instance", str)
     if not batch.instance or len(batch.instance) > MAX_INSTANCE:
         raise WireError(f"'instance' must be 1-{MAX_INSTANCE} characters", "instance")
@@ -249,7 +238,7 @@ def _batch_v2(obj: dict[str, Any]) -> Batch:
     return batch
 
 
-DECODERS: dict[int, Callable[[dict[str, Any]], Batch]] = {1: _batch_v1, 2: _batch_v2}
+DECODERS: dict[int, Callable[[dict[str, Any], bool], Batch]] = {1: _batch_v1, 2: _batch_v2}
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(sorted(DECODERS))
 
 

@@ -29,6 +29,7 @@ from fabricd.exposition import SeriesBudget
 from fabricd.model import Labels, Sample
 from fabricd.naming import metric_stem
 from fabricd.server.store.protocols import FleetHealthReader
+from fabricd.wire_columns import SampleColumns
 
 DERIVED = "derived"
 SIGNAL_PREFIX = "fabricd_derived_"
@@ -48,7 +49,12 @@ class FleetSignals:
 
     def observe(self, node: str, samples: Sequence[Sample]) -> None:
         """Ingest's hook, after a batch is stored: keep its derived samples' values."""
-        derived = [s for s in samples if s.reading.source == DERIVED]
+        if isinstance(samples, SampleColumns):  # decoded by ingest: only the derived samples are built
+            if DERIVED not in samples.sources:
+                return
+            derived = samples.where(src == DERIVED for src in samples.source).samples()
+        else:
+            derived = [s for s in samples if s.reading.source == DERIVED]
         if not derived:
             return
         with self._lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fabricd.model import Batch, Kind, Sample
+from fabricd.wire_columns import SampleColumns
 
 SOURCE = "job"
 
@@ -54,7 +55,16 @@ def _seen(s: Sample) -> JobSeen:
 
 def split_jobs(batch: Batch) -> tuple[list[JobReport], Batch]:
     """The batch's job reports (by scrape time, oldest first), and the batch without job info readings."""
-    if not any(s.reading.source == SOURCE for s in batch.samples):
+    samples = batch.samples
+    if isinstance(samples, SampleColumns):  # decoded by ingest: the jobs' own samples alone are built
+        if SOURCE not in samples.sources:
+            return [], batch
+        reports, _ = split_jobs(
+            replace(batch, samples=samples.where(src == SOURCE for src in samples.source).samples())
+        )
+        info = [src == SOURCE and kind == Kind.INFO for src, kind in zip(samples.source, samples.kind, strict=True)]
+        return reports, replace(batch, samples=samples.where(not i for i in info))
+    if not any(s.reading.source == SOURCE for s in samples):
         return [], batch
     infos: dict[float, list[JobSeen]] = {}
     counts: dict[float, int] = {}

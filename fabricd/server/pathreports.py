@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from fabricd.model import Batch, Kind, Sample
+from fabricd.wire_columns import SampleColumns
 
 SOURCE = "pingmesh"
 NAME = "path_info"
@@ -73,6 +74,18 @@ def parse_path(node: str, s: Sample) -> PathReport:
 
 def split_paths(batch: Batch) -> tuple[list[PathReport], Batch]:
     """The batch's traces (oldest first), and the batch without them."""
+    samples = batch.samples
+    if isinstance(samples, SampleColumns):  # decoded by ingest: the columns, no sample built
+        if samples.sources.isdisjoint(_SOURCES):
+            return [], batch
+        paths = [
+            src in _SOURCES and kind == Kind.INFO and name == NAME
+            for src, kind, name in zip(samples.source, samples.kind, samples.name, strict=True)
+        ]
+        if not any(paths):
+            return [], batch
+        found = sorted((parse_path(batch.node, s) for s in samples.where(paths)), key=lambda r: r.ts)
+        return found, replace(batch, samples=samples.where(not p for p in paths))
     # The sources first, without a call a sample: most batches have no path source at all.
     if not any(s.reading.source in _SOURCES for s in batch.samples) or not any(map(_is_path, batch.samples)):
         return [], batch

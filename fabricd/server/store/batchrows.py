@@ -12,6 +12,7 @@ from typing import Any
 
 from fabricd.model import CollectorHealth, Labels, Reading, Sample
 from fabricd.server.store.records import PointRow
+from fabricd.wire_columns import SampleColumns
 
 SeriesKey = tuple[str, str, str, str, str, str]  # node, source, device, port, counter, labels JSON
 IdentityKey = tuple[str, str, str, str, Labels]  # source, device, port, counter, labels: one node's series
@@ -45,10 +46,14 @@ def alias(ids: dict[IdentityKey, int], r: Reading) -> bool:
 
 def series_ids(samples: Sequence[Sample], ids: dict[IdentityKey, int]) -> list[int | None]:
     get = ids.get
+    if isinstance(samples, SampleColumns):  # the identities' tuples and the lookups in C
+        return list(map(get, samples.identities()))
     return [get((r.source, r.device, r.port, r.counter, r.labels)) for s in samples for r in [s.reading]]
 
 
 def point_rows(samples: Sequence[Sample], sids: list[int]) -> list[PointRow]:
+    if isinstance(samples, SampleColumns):  # the status column holds the statuses' texts
+        return list(zip(sids, samples.ts, samples.value, samples.rate, samples.status, samples.since, strict=True))
     # ``_value_``: the enum's plain str (``.value`` is a descriptor call, several times slower).
     return [
         (sid, s.ts, s.reading.value, s.rate, s.status._value_, s.since) for sid, s in zip(sids, samples, strict=True)

@@ -56,18 +56,19 @@ _WHOLLY_BEFORE = "ts_min < ? AND ts_max < ?"
 
 def pack(rows: Sequence[PointRow]) -> tuple[bytes, float, float]:
     """The rows' columns as one blob, with their earliest and latest time."""
-    ts = array("d", [r[1] for r in rows])
+    sids, times, values, rates, statuses, since = zip(*rows, strict=True)  # the transpose in C
+    ts = array("d", times)
     columns: list[array[Any]] = [
-        array("q", [r[0] for r in rows]),
+        array("q", sids),
         ts,
-        array("d", [r[2] for r in rows]),
-        array("d", [NAN if r[3] is None else r[3] for r in rows]),
-        array("d", [NAN if r[5] is None else r[5] for r in rows]),
+        array("d", values),
+        array("d", [NAN if r is None else r for r in rates]),
+        array("d", [NAN if c is None else c for c in since]),
     ]
     if _SWAP:
         for c in columns:
             c.byteswap()
-    codes = bytes([_CODE[r[4]] for r in rows])
+    codes = bytes(map(_CODE.__getitem__, statuses))
     return b"".join([c.tobytes() for c in columns]) + codes, min(ts), max(ts)
 
 
