@@ -73,3 +73,23 @@ def test_the_route_dependencies_run_on_the_event_loop() -> None:
     ]
     assert len(providers) >= 16
     assert [f.__name__ for f in providers if not inspect.iscoroutinefunction(f)] == []
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "", "Bearer", "Bearer ", "Bearer abc", "bearer  abc ", "Basic abc", "Bearer a b", "BEARER x", " Bearer x"],
+)
+def test_the_ingest_route_reads_the_token_as_the_other_routes_do(header: str | None) -> None:
+    """The ingest route reads its token itself (no dependency resolution per batch): the same token,
+    or none, as FastAPI's ``HTTPBearer`` gives the other routes."""
+    import asyncio
+
+    from fastapi.security import HTTPBearer
+    from starlette.requests import Request
+
+    from fabricd.server.auth import bearer_token
+
+    headers = [] if header is None else [(b"authorization", header.encode())]
+    request = Request({"type": "http", "headers": headers})
+    creds = asyncio.run(HTTPBearer(auto_error=False)(request))
+    assert bearer_token(header) == (creds.credentials if creds else None)

@@ -120,3 +120,11 @@ def require_ingest_role(p: Principal) -> None:
 def require_node(p: Principal, node: str) -> None:
     if p.node is not None and p.node != node:
         raise ApiError(403, "forbidden", f"this token is bound to node {p.node!r} and cannot send for {node!r}")
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, as FastAPI's ``HTTPBearer`` reads
+    it for the routes' ``Caller`` (None when absent or of another scheme)."""
+    scheme, _, credentials = (authorization or "").partition(" ")
+    credentials = credentials.strip()
+    return credentials if credentials and scheme.lower() == "bearer" else None

@@ -31,7 +31,10 @@ Svc = Annotated[Services, Depends(services)]
 
 
 async def caller(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
-    token = creds.credentials if creds else None
+    return await principal(svc, creds.credentials if creds else None)
+
+
+async def principal(svc: Services, token: str | None) -> Principal:
     known = svc.auth.known(token)
     return known if known is not None else await run_in_threadpool(svc.auth.authenticate, token)
 
