@@ -57,7 +57,7 @@ class SampleColumns(LazySamples):
     """One batch's samples, a tuple per wire field (``SAMPLE_FIELDS``), in the wire's row order;
     labels as sorted item tuples, as ``Reading.labels``."""
 
-    __slots__ = SAMPLE_FIELDS
+    __slots__ = (*SAMPLE_FIELDS, "_sources")
     ts: tuple[float, ...]
     source: tuple[str, ...]
     device: tuple[str, ...]
@@ -76,6 +76,7 @@ class SampleColumns(LazySamples):
         for field, column in zip(SAMPLE_FIELDS, columns, strict=True):
             setattr(self, field, column)
         self._built = None
+        self._sources: frozenset[str] | None = None
 
     @property
     def columns(self) -> tuple[tuple[Any, ...], ...]:
@@ -83,7 +84,10 @@ class SampleColumns(LazySamples):
 
     @property
     def sources(self) -> frozenset[str]:
-        return frozenset(self.source)
+        """The samples' sources (three consumers a batch ask: computed once)."""
+        if self._sources is None:
+            self._sources = frozenset(self.source)
+        return self._sources
 
     def identities(self) -> Iterator[tuple[str, str, str, str, Labels]]:
         """Each sample's series identity within its node (``Reading.key()``), in order."""
