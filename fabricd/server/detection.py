@@ -4,7 +4,8 @@ Ingest only writes; this loop reads the stored stream with a persisted cursor
 (``SampleSource.read``), so a slow detector delays incidents, never ingest, and a restart resumes
 where it stopped. The detector settles what it is given in event time (``fabricd.detect.settle``):
 it evaluates a moment only once every live node has delivered it, so the loop hands it every
-delivery with the processing time it arrived at, and ticks it even when nothing arrived (a silent
+delivery with the processing time it arrived at (the wall clock live; while reading a backlog, the
+time the read stands for, ``read_timing.py``), and ticks it even when nothing arrived (a silent
 node is left out once its lateness has passed). The cursor is saved only past deliveries whose
 samples were all evaluated, so a restart re-reads what the detector still held.
 
@@ -116,6 +117,7 @@ class DetectionLoop:
         self._late_seen = 0
         self._written: dict[str, float] = {}  # incident key -> updated_ts last stored
         self._keep = keep_for(detector)
+        # A source of several ordered streams (``PartitionedStream``) says which one holds a node.
         self._reading = ReadTiming(chunk, getattr(stream, "partition_of", None))
         self._expected: list[str] | None = list(nodes)
         # What a previous engine stored open is this one's to confirm, narrow or resolve (a restart,
