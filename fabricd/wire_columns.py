@@ -31,7 +31,6 @@ _STATUSES: dict[str, Status] = {s.value: s for s in Status}
 _STATUS_TEXT: dict[str, str] = {s.value: s.value for s in Status}
 _FLOAT: frozenset[type] = frozenset({float})
 _OPTIONAL_FLOAT: frozenset[type] = frozenset({float, type(None)})
-_STR: frozenset[type] = frozenset({str})
 _NO_LABELS: frozenset[type] = frozenset({type(None)})
 
 

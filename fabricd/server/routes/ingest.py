@@ -112,7 +112,7 @@ _ERRORS = {
 async def ingest(request: Request) -> Response:
     """Idempotent by (node, batch id): a retried batch is acknowledged with `duplicate: true`."""
     # Every fleet's agent posts here once a scrape. FastAPI's dependency resolution (services,
-    # caller, two headers) and the response model's validation took a seventh of the central's
+    # caller, two headers) and the response model's validation took a tenth of the central's
     # Python time at 1,000 nodes (py-spy --gil, docs/storage.md); the route reads them itself.
     svc: Services = request.app.state.services
     headers = request.headers
