@@ -18,13 +18,12 @@ from prometheus_client import CollectorRegistry
 from fabricd.detect.engine import DetectionEngine
 from fabricd.detect.settle import Scrape
 from fabricd.model import Incident
-from fabricd.server import db
 from fabricd.server.detection import DetectionLoop, EngineFeed
 from fabricd.server.metrics import ServerMetrics
 from fabricd.server.read_timing import ReadTiming
 from fabricd.server.store.records import Delivery
 from fabricd.server.store.storage import Storage
-from tests.support.server import ib_sample, make_batch
+from tests.support.server import ib_sample, make_batch, sqlite_storage
 
 T0 = 1_800_000_000.0
 PERIOD = 10.0
@@ -36,10 +35,8 @@ PORTS = 4  # points per batch: a read of 10 points cuts batches
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Storage]:
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'fabricd.db'}")
-    db.prepare(engine)
-    yield Storage.open(engine)
-    engine.dispose()
+    with sqlite_storage(tmp_path / "fabricd.db") as storage:
+        yield storage
 
 
 class Recorder(DetectionEngine):
@@ -124,16 +121,8 @@ def test_a_backlog_read_in_chunks_leaves_out_only_the_node_that_fell_silent(stor
 def test_a_backlog_leaves_the_silent_node_out_where_live_delivery_did(tmp_path: Path) -> None:
     """The same run read live, scrape by scrape at its arrival, and as a backlog in chunks after a
     restart: the silent node is left out from the same moment on, and no other node ever is."""
-    stores = []
-    for name in ("live", "backlog"):
-        engine = db.make_engine(f"sqlite:///{tmp_path / name}.db")
-        db.prepare(engine)
-        stores.append((engine, Storage.open(engine)))
-    try:
-        live, backlog = _live(stores[0][1]), _read_back(stores[1][1], chunk=10)
-    finally:
-        for engine, _ in stores:
-            engine.dispose()
+    with sqlite_storage(tmp_path / "live.db") as first, sqlite_storage(tmp_path / "backlog.db") as second:
+        live, backlog = _live(first), _read_back(second, chunk=10)
     assert live.points == backlog.points == PORTS * len(_run())
     for engine in (live, backlog):
         assert {left for _, left in engine.left_out} == {(), (DEAD,)}

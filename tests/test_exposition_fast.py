@@ -20,12 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from fabricd.exposition import Limits, SeriesBudget, fleet_families
 from fabricd.exposition_text import FleetText
 from fabricd.model import Kind, Reading, Sample, Status
-from fabricd.server import db
 from fabricd.server.fleet_summary import FleetSignals
 from fabricd.server.metrics import FleetCollector, FleetView, ServerMetrics, render
 from fabricd.server.store.storage import Storage
 from tests.catalogue_samples import all_samples
-from tests.support.server import ib_sample, make_batch
+from tests.support.server import ib_sample, make_batch, sqlite_storage
 
 T0 = 1_800_000_000.0
 Rows = list[tuple[str | None, Sample]]
@@ -148,10 +147,8 @@ def test_a_series_that_vanishes_leaves_the_output_and_the_cache() -> None:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Storage]:
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'fabricd.db'}")
-    db.prepare(engine)
-    yield Storage.open(engine)
-    engine.dispose()
+    with sqlite_storage(tmp_path / "fabricd.db") as storage:
+        yield storage
 
 
 def test_metrics_route_renders_the_registry_as_generate_latest_and_drops_stale_nodes(store: Storage) -> None:

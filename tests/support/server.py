@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
@@ -22,6 +23,9 @@ from fastapi import FastAPI
 
 from fabricd import wire
 from fabricd.model import Batch, CollectorHealth, Kind, Reading, Sample, Status
+
+if TYPE_CHECKING:
+    from fabricd.server.store.storage import Storage
 
 PG_ADMIN_URL = os.environ.get("FABRICD_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -160,6 +164,20 @@ def pg_schema() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sqlalchemy.text(f'DROP SCHEMA "{name}" CASCADE'))
         admin.dispose()
+
+
+@contextlib.contextmanager
+def sqlite_storage(path: Path) -> Iterator[Storage]:
+    """The central's store on a migrated SQLite file at ``path``, disposed after."""
+    from fabricd.server import db
+    from fabricd.server.store.storage import Storage
+
+    engine = db.make_engine(f"sqlite:///{path}")
+    db.prepare(engine)
+    try:
+        yield Storage.open(engine)
+    finally:
+        engine.dispose()
 
 
 @contextlib.contextmanager
