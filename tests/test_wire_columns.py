@@ -9,16 +9,19 @@ strings where numbers are due, NUL characters and over-long fields.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from fabricd import wire
-from fabricd.model import Kind, Status
+from fabricd.model import Batch, Kind, Status
 from fabricd.server.errors import ApiError
 from fabricd.server.ingest import check_limits
 from fabricd.server.jobreports import split_jobs
@@ -26,7 +29,7 @@ from fabricd.server.pathreports import split_paths
 from fabricd.server.store.batchrows import point_rows, series_ids
 from fabricd.settings import LimitSettings
 from fabricd.wire_columns import SampleColumns, columns_of
-from tests.support.server import ib_sample, make_batch
+from tests.support.server import ib_sample, make_batch, sqlite_storage
 
 FLOATS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False, width=64),
@@ -142,3 +145,55 @@ def test_job_and_path_samples_split_from_columns_as_from_the_samples(split: Any)
     assert by_columns[0] == by_samples[0] == "ok"
     (reports_c, rest_c), (reports_s, rest_s) = by_columns[1], by_samples[1]
     assert reports_c == reports_s and list(rest_c.samples) == list(rest_s.samples)
+
+
+T0 = 1_800_000_000.0
+
+
+def _stored(path: Path, batches: list[Batch]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[Any]]:
+    """The series rows, raw point chunks and announced series of ``batches`` stored in a fresh
+    SQLite store at ``path``, in order."""
+    announced: list[Any] = []
+
+    class Listener:
+        def committed(self, batches: Any) -> None:
+            announced.extend(row for b in batches for row in b.series)
+
+    with sqlite_storage(path) as store:
+        store.writer.subscribe(Listener())
+        for b in batches:
+            store.writer.ingest(b, T0, 10_000)
+        with store.engine.connect() as conn:
+            series = conn.execute(
+                text("SELECT id, node, source, device, port, counter, labels, name, unit, kind FROM series ORDER BY id")
+            ).all()
+            points = conn.execute(
+                text("SELECT id, count, node, ts_min, ts_max, points FROM point_chunks ORDER BY id")
+            ).all()
+    return [tuple(r) for r in series], [tuple(r) for r in points], announced
+
+
+def test_a_batch_stored_from_its_columns_is_stored_as_from_its_samples(tmp_path: Path) -> None:
+    """New series (a blank name stored as the counter, labels, a series repeated in the batch),
+    then the known ones with a new one among them, and a scrape of one time or of several: the
+    store fed the decoded columns writes the same series, chunks and announced series as when fed
+    the same batch's samples."""
+    first = [
+        ib_sample(T0, device=f"mlx5_{d}", counter=f"c{c}", name="" if c == 0 else f"n{c}", labels=lab, rate=None)
+        for d in range(2)
+        for c in range(3)
+        for lab in ((), (("prio", "3"), ("tc", "1")))
+    ]
+    first.append(first[1])  # the same series twice in one batch
+    later = [dataclasses.replace(s, ts=T0 + 10.0, rate=2.0) for s in first[:-1]]
+    later.append(ib_sample(T0 + 10.5, device="mlx5_9", counter="new", unit="packets", kind=Kind.GAUGE))
+    batches = [make_batch("n1", "b1", first, T0), make_batch("n1", "b2", later, T0 + 10.0, seq=2)]
+    decoded = [wire.decode(wire.encode(b), gzipped=True, columnar=True) for b in batches]
+    plain = [wire.decode(wire.encode(b), gzipped=True) for b in batches]
+    assert all(isinstance(b.samples, SampleColumns) for b in decoded)
+    assert not any(isinstance(b.samples, SampleColumns) for b in plain)
+    from_columns, from_rows = _stored(tmp_path / "columns.db", decoded), _stored(tmp_path / "rows.db", plain)
+    assert from_columns == from_rows
+    series, points, announced = from_columns
+    assert len(series) == 13 and len(points) == 2 and len(announced) == 13
+    assert {(r[5], r[7]) for r in series if r[3] == "mlx5_0"} == {("c0", "c0"), ("c1", "n1"), ("c2", "n2")}

@@ -25,10 +25,13 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fabricd.model import Status
 from fabricd.server.store.records import PointRow
+
+if TYPE_CHECKING:
+    from fabricd.server.store.sql import PointColumns
 
 TABLE = "point_chunks"
 NAN = float("nan")  # an absent rate or since: the wire refuses non-finite numbers, so NaN is free
@@ -56,20 +59,46 @@ _WHOLLY_BEFORE = "ts_min < ? AND ts_max < ?"
 
 def pack(rows: Sequence[PointRow]) -> tuple[bytes, float, float]:
     """The rows' columns as one blob, with their earliest and latest time."""
-    sids, times, values, rates, statuses, since = zip(*rows, strict=True)  # the transpose in C
-    ts = array("d", times)
-    columns: list[array[Any]] = [
-        array("q", sids),
-        ts,
-        array("d", values),
-        array("d", [NAN if r is None else r for r in rates]),
-        array("d", [NAN if c is None else c for c in since]),
-    ]
+    return pack_columns(*zip(*rows, strict=True))  # the transpose in C
+
+
+def pack_columns(
+    sids: Sequence[int],
+    times: Sequence[float],
+    values: Sequence[float],
+    rates: Sequence[float | None],
+    statuses: Sequence[str],
+    since: Sequence[float | None],
+) -> tuple[bytes, float, float]:
+    """As ``pack``, from the columns themselves (a decoded batch's, ``wire_columns``).
+
+    A fleet's chunks are mostly alike: one scrape's time, every status ``ok``, no saturation
+    time, and a rate on every counter after the first scrape. Those columns are checked whole in
+    C (``count``) and written without a pass per point; the rest take the general pass. Packing a
+    480-point batch point by point was 10 % of the central's GIL time at 1,000 nodes (py-spy)."""
+    n = len(sids)
+    first = times[0]
+    if first != 0.0 and times.count(first) == n:  # one scrape: its time, repeated (0.0 may be -0.0)
+        ts, ts_min, ts_max = array("d", [first]) * n, first, first
+    else:
+        ts = array("d", times)
+        ts_min, ts_max = min(times), max(times)
+    columns: list[array[Any]] = [array("q", sids), ts, array("d", values), _optional(rates, n), _optional(since, n)]
     if _SWAP:
         for c in columns:
             c.byteswap()
-    codes = bytes(map(_CODE.__getitem__, statuses))
-    return b"".join([c.tobytes() for c in columns]) + codes, min(ts), max(ts)
+    codes = bytes(n) if statuses.count(_STATUS[0]) == n else bytes(map(_CODE.__getitem__, statuses))
+    return b"".join([c.tobytes() for c in columns]) + codes, ts_min, ts_max
+
+
+def _optional(column: Sequence[float | None], n: int) -> array[float]:
+    """An optional float column, NaN for None."""
+    if column.count(None) == n:
+        return array("d", [NAN]) * n
+    try:
+        return array("d", cast(Sequence[float], column))  # every one a float (array refuses None)
+    except TypeError:
+        return array("d", [NAN if x is None else x for x in column])
 
 
 def unpack(
@@ -135,8 +164,8 @@ class ChunkWriter:
     """The writer's ``insert_points`` on SQLite: one chunk for a batch's points (under the write
     lock); ``last_insert_rowid()`` is then the last point's id."""
 
-    def write(self, cur: Any, node: str, rows: Sequence[PointRow]) -> None:
-        blob, ts_min, ts_max = pack(rows)
+    def write(self, cur: Any, node: str, rows: Sequence[PointRow], columns: PointColumns | None = None) -> None:
+        blob, ts_min, ts_max = pack(rows) if columns is None else pack_columns(*columns)
         cur.execute(INSERT, (len(rows), len(rows), node, ts_min, ts_max, blob))
 
 

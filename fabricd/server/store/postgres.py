@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fabricd.server.store.sql import CLAIM_BATCH, LATEST_ROWS, SERIES_COLUMNS, SERIES_CONFLICT, UPSERT_NODE, statements
+from fabricd.server.store.sql import (
+    CLAIM_BATCH,
+    LATEST_ROWS,
+    SERIES_COLUMNS,
+    SERIES_CONFLICT,
+    UPSERT_NODE,
+    PointColumns,
+    statements,
+)
 
 
 class ArrayRows:
@@ -43,8 +51,8 @@ class CopyRows:
     def __init__(self, sql: str, types: Sequence[str]) -> None:
         self.sql, self.types = sql, list(types)
 
-    def write(self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]]) -> None:
-        """``node`` is not a column: each row's series says it."""
+    def write(self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]], columns: PointColumns | None = None) -> None:
+        """``node`` is not a column: each row's series says it. ``COPY`` takes rows."""
         if not rows:
             return
         with cur.copy(self.sql) as copy:

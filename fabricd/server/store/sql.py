@@ -24,6 +24,10 @@ LATEST_TABLE = "latest_chunks"
 LATEST_ROWS = f"SELECT node, count, points FROM {LATEST_TABLE}"
 
 
+# A batch's points as columns: series ids, times, values, rates, statuses, since times.
+PointColumns = tuple[Sequence[int], Sequence[float], Sequence[float], Sequence[Any], Sequence[str], Sequence[Any]]
+
+
 class RowWriter(Protocol):
     """Runs one statement over many rows on a DBAPI cursor (a bulk insert or update); returns the
     rows its ``RETURNING`` clause gave, if it has one, in no particular order."""
@@ -32,9 +36,13 @@ class RowWriter(Protocol):
 
 
 class PointWriter(Protocol):
-    """Stores one batch's raw points (``records.PointRow``) of ``node``."""
+    """Stores one batch's raw points (``records.PointRow``) of ``node``; ``columns``, when given,
+    are the same points as the rows' columns (``batchrows.point_columns``), for a writer that
+    stores columns."""
 
-    def write(self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]]) -> None: ...
+    def write(
+        self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]], columns: PointColumns | None = None
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,16 +14,19 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from fabricd.model import Batch, Reading
+from fabricd.model import Batch
 from fabricd.server.store.batchrows import (
+    Described,
     IdentityKey,
     SeriesKey,
     alias,
     health_rows,
     labels_of_json,
+    point_columns,
     point_rows,
     series_ids,
     series_key,
+    unresolved,
 )
 from fabricd.server.store.held import HeldConnection
 from fabricd.server.store.protocols import CommitListener
@@ -184,8 +187,9 @@ class GroupCommitWriter:
             sids = series_ids(batch.samples, added.ids)
         rows: list[PointRow] = []
         if batch.samples:
-            rows = point_rows(batch.samples, cast(list[int], sids))  # every series resolved above
-            sql.insert_points.write(cur, batch.node, rows)
+            resolved = cast(list[int], sids)  # every series resolved above
+            rows = point_rows(batch.samples, resolved)
+            sql.insert_points.write(cur, batch.node, rows, point_columns(batch.samples, resolved))
             job.sids = tuple(cast(list[int], sids))
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
@@ -208,27 +212,27 @@ class GroupCommitWriter:
         rows, with their ids, go to ``job.series``: the listeners learn their identities from them
         (``Identities.committed``) instead of reading them back."""
         batch = job.batch
-        fresh: dict[SeriesKey, Reading] = {}
-        for sid, s in zip(sids, batch.samples, strict=True):
-            if sid is None and not alias(known.ids, s.reading):
-                fresh.setdefault(series_key(batch.node, s.reading), s.reading)
+        fresh: dict[SeriesKey, tuple[IdentityKey, Described]] = {}
+        for key, described in unresolved(batch.samples, sids):
+            if not alias(known.ids, key):
+                fresh.setdefault(series_key(batch.node, key), (key, described))
         if not fresh:
             return known, 0
         if known.count + len(fresh) > job.limit:
             raise SeriesLimitExceeded(batch.node, job.limit, known.count, len(fresh))
-        returned = self.db.sql.insert_series.run(cur, [(*k, r.metric, r.unit, r.kind.value) for k, r in fresh.items()])
+        returned = self.db.sql.insert_series.run(cur, [(*k, *described) for k, (_, described) in fresh.items()])
         made = {(src, dev, port, ctr, labels): sid for sid, src, dev, port, ctr, labels in returned}
         if len(made) == len(fresh):  # each one new: its id came back with it
             grown = _NodeSeries(dict(known.ids), known.count + len(made))
         else:  # some were another replica's, created meanwhile: the node's series as stored
             grown = self._load_series(cur, batch.node)
             grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
-        for (node, src, dev, port, ctr, labels), r in fresh.items():
+        for (node, src, dev, port, ctr, labels), (key, (metric, unit, kind)) in fresh.items():
             canonical = (src, dev, port, ctr, labels_of_json(labels))
             sid = made.get((src, dev, port, ctr, labels)) or grown.ids[canonical]
             grown.ids[canonical] = sid
-            grown.ids[(src, dev, port, ctr, r.labels)] = sid  # a new series' own unsorted tuple too
-            job.series.append((sid, node, src, dev, port, ctr, r.metric, r.unit, r.kind.value, labels))
+            grown.ids[key] = sid  # a new series' own unsorted tuple too
+            job.series.append((sid, node, src, dev, port, ctr, metric, unit, kind, labels))
         return grown, len(made)
 
 
