@@ -36,6 +36,7 @@ from fabricd.server.metrics import FleetCollector, FleetView, ServerMetrics
 from fabricd.server.rankstragglers import RankStragglerDetector
 from fabricd.server.routed_topology import RoutedTopology
 from fabricd.server.routes import ROUTERS, reports
+from fabricd.server.routes.ingest import IngestShortcut
 from fabricd.server.services import Services
 from fabricd.server.store.protocols import SampleSource, TokenAdmin
 from fabricd.server.store.storage import Storage
@@ -122,6 +123,7 @@ def create_app(
     app.state.services = services
     app.state.hooks = hooks
     errors.install(app)
+    app.add_middleware(IngestShortcut, services=services)
     for router in ROUTERS:
         app.include_router(router)
     app.include_router(reports.router)
