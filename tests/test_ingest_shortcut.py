@@ -9,10 +9,10 @@ which way each request came (the router puts the matched endpoint in the scope).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -104,7 +104,7 @@ async def _answers(
             out[name] = _answer(await client.request(method, "/api/v1/ingest", **kw))
         svc = client.app.state.services  # type: ignore[attr-defined]
 
-        def fail(*_a: object, **_k: object) -> Callable[..., Any]:
+        def fail(*_a: object, **_k: object) -> NoReturn:
             raise RuntimeError("the store is gone")
 
         monkeypatch.setattr(svc.ingestor, "handle", fail)
