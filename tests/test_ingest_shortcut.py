@@ -51,9 +51,9 @@ async def _service(tmp_path: Path, root_path: str) -> AsyncIterator[tuple[httpx.
             yield client, keys
 
 
-def _batch(batch_id: str, samples: int = 3, node: str = "node-a") -> tuple[bytes, dict[str, str]]:
+def _batch(batch_id: str) -> tuple[bytes, dict[str, str]]:
     ts = 1_800_000_000.0
-    return encoded(make_batch(node, batch_id, [ib_sample(ts, device=f"mlx5_{i}") for i in range(samples)], ts))
+    return encoded(make_batch("node-a", batch_id, [ib_sample(ts, device=f"mlx5_{i}") for i in range(3)], ts))
 
 
 def _requests(keys: dict[str, str]) -> list[tuple[str, str, dict[str, Any]]]:

@@ -190,7 +190,7 @@ class GroupCommitWriter:
             resolved = cast(list[int], sids)  # every series resolved above
             rows = point_rows(batch.samples, resolved)
             sql.insert_points.write(cur, batch.node, rows, point_columns(batch.samples, resolved))
-            job.sids = tuple(cast(list[int], sids))
+            job.sids = tuple(resolved)
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
     def _known_series(self, cur: Any, node: str) -> _NodeSeries:
