@@ -82,7 +82,8 @@ class Series(Base):
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    node: Mapped[str] = mapped_column(String(128), index=True)
+    # Looked up by node through the unique identity index's leading column (migration 0010).
+    node: Mapped[str] = mapped_column(String(128))
     source: Mapped[str] = mapped_column(String(64))
     device: Mapped[str] = mapped_column(String(128))
     port: Mapped[str] = mapped_column(String(128))

@@ -17,6 +17,7 @@ from fabricd.server.store.sql import (
     LATEST_ROWS,
     SERIES_COLUMNS,
     SERIES_CONFLICT,
+    SERIES_RETURNING,
     UPSERT_NODE,
     PointColumns,
     statements,
@@ -85,7 +86,8 @@ STATEMENTS = statements(
         ["int8", "float8", "float8", "float8", "text", "float8"],
     ),
     insert_series=ArrayRows(
-        f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) {SERIES_CONFLICT}"
+        f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) "
+        f"{SERIES_CONFLICT} {SERIES_RETURNING}"
     ),
     latest_of=_latest_of,
     chunked=False,

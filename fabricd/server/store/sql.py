@@ -154,9 +154,11 @@ UPSERT_NODE = (
 
 # A node's new series; a series another replica added meanwhile is kept as it is.
 SERIES_COLUMNS = "node, source, device, port, counter, labels, name, unit, kind"
-# The new series' ids come back with their keys (a multi-row RETURNING's order is unspecified); a
-# series another replica created meanwhile is not returned, and the writer reads the node's back.
-SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING RETURNING id, source, device, port, counter, labels"
+# A series another replica created meanwhile is kept; the new series' ids come back with their keys
+# (a multi-row RETURNING's order is unspecified), and the writer reads the node's series back when
+# fewer came back than it inserted. SQLite numbers them in the writer instead (``sqlite.NumberedSeries``).
+SERIES_CONFLICT = "ON CONFLICT (node, source, device, port, counter, labels) DO NOTHING"
+SERIES_RETURNING = "RETURNING id, source, device, port, counter, labels"
 
 
 def statements_for(dialect: str) -> Statements:
