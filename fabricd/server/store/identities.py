@@ -41,8 +41,9 @@ class Identities:
         cache, reading = self._cache, self._readings.of
         for b in batches:
             if b.series and len(cache) + len(b.series) <= IDENTITY_CACHE_MAX:  # else read when needed
-                for sid, node, *rest in b.series:
-                    cache[sid] = (sys.intern(node), reading(tuple(rest)))
+                node = sys.intern(b.node)  # a batch's series are its node's: interned once
+                for sid, _node, *rest in b.series:
+                    cache[sid] = (node, reading(tuple(rest)))
 
     def of(self, ids: set[int]) -> dict[int, Identity]:
         """A mapping that holds every id of ``ids`` that exists; opens a connection only when one

@@ -42,6 +42,19 @@ class ArrayRows:
         return cur.fetchall() if cur.description is not None else []
 
 
+class ReturnedSeries:
+    """A node's new series (``sql.SeriesWriter``) in one ``unnest`` statement, their ids from its
+    ``RETURNING`` matched back to the rows by identity (a multi-row ``RETURNING``'s order is
+    unspecified); a series another replica created meanwhile is not returned."""
+
+    def __init__(self, insert: ArrayRows) -> None:
+        self.insert = insert
+
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[int | None]:
+        made = {(src, dev, port, ctr, labels): sid for sid, src, dev, port, ctr, labels in self.insert.run(cur, rows)}
+        return [made.get((src, dev, port, ctr, labels)) for _node, src, dev, port, ctr, labels, *_ in rows]
+
+
 class CopyRows:
     """``COPY .. FROM STDIN (FORMAT BINARY)``, one row at a time through psycopg's C writer.
 
@@ -85,9 +98,11 @@ STATEMENTS = statements(
         "COPY points (series_id, ts, value, rate, status, since) FROM STDIN (FORMAT BINARY)",
         ["int8", "float8", "float8", "float8", "text", "float8"],
     ),
-    insert_series=ArrayRows(
-        f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) "
-        f"{SERIES_CONFLICT} {SERIES_RETURNING}"
+    insert_series=ReturnedSeries(
+        ArrayRows(
+            f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) "
+            f"{SERIES_CONFLICT} {SERIES_RETURNING}"
+        )
     ),
     latest_of=_latest_of,
     chunked=False,

@@ -28,11 +28,12 @@ LATEST_ROWS = f"SELECT node, count, points FROM {LATEST_TABLE}"
 PointColumns = tuple[Sequence[int], Sequence[float], Sequence[float], Sequence[Any], Sequence[str], Sequence[Any]]
 
 
-class RowWriter(Protocol):
-    """Runs one statement over many rows on a DBAPI cursor (a bulk insert or update); returns the
-    rows its ``RETURNING`` clause gave, if it has one, in no particular order."""
+class SeriesWriter(Protocol):
+    """Inserts a node's new series on a DBAPI cursor, ``rows`` the columns of ``SERIES_COLUMNS``;
+    the id each row was stored with, in the rows' order, None for a row another writer (a replica)
+    stored first, which is kept as it is."""
 
-    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]: ...
+    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[int | None]: ...
 
 
 class PointWriter(Protocol):
@@ -61,7 +62,7 @@ class Statements:
     claim_and_upsert_node: str | None
     node_last_point: str  # records the batch's last point id on its node and returns it
     upsert_health: str
-    insert_series: RowWriter  # one statement for a node's new series (its first scrape: 480 rows)
+    insert_series: SeriesWriter  # one statement for a node's new series (its first scrape: 480 rows)
     node_series: str
     insert_points: PointWriter
     # Raw points are chunks, one row per batch (SQLite, ``chunks.py``), or a row each (PostgreSQL):
@@ -93,7 +94,7 @@ def statements(
     insert_points: PointWriter,
     chunked: bool,
     max_point_id: str,
-    insert_series: RowWriter,
+    insert_series: SeriesWriter,
     latest_of: Callable[[Sequence[str] | None, bool], tuple[str, Sequence[Any]]],
     last_point_id: str,
     claim_and_upsert_node: str | None,

@@ -220,20 +220,25 @@ class GroupCommitWriter:
             return known, 0
         if known.count + len(fresh) > job.limit:
             raise SeriesLimitExceeded(batch.node, job.limit, known.count, len(fresh))
-        returned = self.db.sql.insert_series.run(cur, [(*k, *described) for k, (_, described) in fresh.items()])
-        made = {(src, dev, port, ctr, labels): sid for sid, src, dev, port, ctr, labels in returned}
-        if len(made) == len(fresh):  # each one new: its id came back with it
-            grown = _NodeSeries(dict(known.ids), known.count + len(made))
-        else:  # some were another replica's, created meanwhile: the node's series as stored
+        stored = self.db.sql.insert_series.run(cur, [(*k, *described) for k, (_, described) in fresh.items()])
+        if None in stored:  # some were another replica's, created meanwhile: the node's series as stored
             grown = self._load_series(cur, batch.node)
             grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
-        for (node, src, dev, port, ctr, labels), (key, (metric, unit, kind)) in fresh.items():
-            canonical = (src, dev, port, ctr, labels_of_json(labels))
-            sid = made.get((src, dev, port, ctr, labels)) or grown.ids[canonical]
-            grown.ids[canonical] = sid
-            grown.ids[key] = sid  # a new series' own unsorted tuple too
+        else:  # each one new: its id came back with it
+            grown = _NodeSeries(dict(known.ids), known.count + len(stored))
+        ids, new = grown.ids, 0
+        for ((node, src, dev, port, ctr, labels), (key, (metric, unit, kind))), sid in zip(
+            fresh.items(), stored, strict=True
+        ):
+            # Without labels the batch's own identity is the stored one; with them, sorted.
+            canonical = key if not key[4] else (src, dev, port, ctr, labels_of_json(labels))
+            if sid is None:
+                sid = ids[canonical]
+            else:
+                new += 1
+            ids[canonical] = ids[key] = sid  # a new series' own unsorted tuple too
             job.series.append((sid, node, src, dev, port, ctr, metric, unit, kind, labels))
-        return grown, len(made)
+        return grown, new
 
 
 class _Refused(Exception):
