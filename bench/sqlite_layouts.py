@@ -72,7 +72,7 @@ def measure(layout: str, data: list[tuple[str, list[tuple[Any, ...]]]]) -> dict[
         for node, rows in data:
             cur.execute("BEGIN")
             if layout == "rows":
-                ROWS.run(cur, rows)
+                ROWS.changes(cur, rows)
             else:
                 writer.write(cur, node, rows)
             cur.execute("COMMIT")

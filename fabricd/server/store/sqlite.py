@@ -22,8 +22,8 @@ class ManyRows:
     can wait up to the switch interval (5 ms) each time to get it back: measured, the server stored
     points 3x slower than the same executemany in a quiet process. One statement per chunk steps
     once. Power-of-two sizes keep the distinct statement texts few, so each is prepared once and
-    then found in sqlite3's statement cache (``cached_statements``). 512 rows x 7 parameters stays
-    far below SQLite's parameter limit.
+    then found in sqlite3's statement cache (``cached_statements``). 512 rows x 10 parameters (a
+    series row) stays far below SQLite's parameter limit (32,766).
     """
 
     MAX_ROWS = 512
@@ -37,16 +37,6 @@ class ManyRows:
         if sql is None:
             sql = self._texts[rows] = self.template.format(values=", ".join([self.row] * rows))
         return sql
-
-    def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        start, n, out = 0, len(rows), []
-        while start < n:
-            size = min(self.MAX_ROWS, 1 << ((n - start).bit_length() - 1))
-            cur.execute(self.text(size), [x for row in rows[start : start + size] for x in row])
-            if cur.description is not None:  # RETURNING: sqlite3 runs it as its rows are fetched
-                out += cur.fetchall()
-            start += size
-        return out
 
     def changes(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> int:
         """Runs the statement over ``rows`` (no ``RETURNING``); how many rows it changed."""
