@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from fabricd import wire
-from fabricd.model import Incident, IncidentKind, IncidentState, Kind, Sample, Severity
+from fabricd.model import CollectorHealth, Incident, IncidentKind, IncidentState, Kind, Sample, Severity
 from fabricd.server.app import create_app
 from fabricd.server.services import Services
 from fabricd.server.store.storage import Storage
@@ -476,6 +477,36 @@ async def test_topology_status_and_probes(api: Api) -> None:
     assert (await api.client.get("/healthz")).json() == {"status": "ok"}
     assert (await api.client.get("/readyz")).json()["status"] == "ready"
     assert (await api.client.get("/no/such/thing")).json()["error"] == "not_found"
+
+
+async def test_status_counts_stale_and_unhealthy_nodes_as_their_records_say(api: Api) -> None:
+    """Counted in the database (``Inventory.node_states``), not from a record per node: a node is
+    stale when its last batch is older than ``node_stale_seconds``, unhealthy when stale or when a
+    collector's last run failed; the counts agree with the nodes' own records."""
+    now = time.time()
+    stale_at = now - api.svc.settings.node_stale_seconds - 60
+
+    def stored(node: str, at: float, ok: bool) -> None:
+        batch = make_batch(node, "1", [ib_sample(at)], ts=at)
+        health = [
+            CollectorHealth("infiniband", True, 0.004, at, "", 1),
+            CollectorHealth("ethtool", ok, 0.01, at, "" if ok else "EPERM", 0),
+        ]
+        api.store.writer.ingest(replace(batch, health=health), at, 10)
+
+    stored("fresh-ok", now, True)
+    stored("fresh-failing", now, False)
+    stored("stale-ok", stale_at, True)
+    stored("stale-failing", stale_at, False)
+    status = (await api.get("/api/v1/status")).json()
+    assert (status["nodes"], status["nodes_stale"], status["nodes_unhealthy"]) == (4, 2, 3)
+    records = {n["node"]: (n["stale"], n["healthy"]) for n in (await api.get("/api/v1/nodes")).json()}
+    assert records == {
+        "fresh-ok": (False, True),
+        "fresh-failing": (False, False),
+        "stale-ok": (True, False),
+        "stale-failing": (True, False),
+    }
 
 
 async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: str, tmp_path: Path) -> None:

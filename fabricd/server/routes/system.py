@@ -49,10 +49,7 @@ def status(
     _who: Reader,
 ) -> StatusOut:
     now = svc.clock()
-    stale_after = svc.settings.node_stale_seconds
-    nodes = inventory.nodes()
-    stale = sum(1 for n in nodes if now - n.last_seen > stale_after)
-    unhealthy = sum(1 for n in nodes if now - n.last_seen > stale_after or not all(c.success for c in n.collectors))
+    states = inventory.node_states(now - svc.settings.node_stale_seconds)
     by_severity: dict[str, int] = {}
     opened = acked = 0
     for c in incidents.open_counts():
@@ -60,9 +57,9 @@ def status(
         opened += c.count if c.state == "open" else 0
         acked += c.count if c.state == "acked" else 0
     return StatusOut(
-        nodes=len(nodes),
-        nodes_stale=stale,
-        nodes_unhealthy=unhealthy,
+        nodes=states.nodes,
+        nodes_stale=states.stale,
+        nodes_unhealthy=states.unhealthy,
         series=inventory.series_count(),
         incidents_open=opened,
         incidents_acked=acked,

@@ -20,6 +20,7 @@ from fabricd.server.store.records import (
     CollectorRecord,
     FleetHealth,
     NodeRecord,
+    NodeStates,
     NotFound,
     PointRecord,
     PointRow,
@@ -44,6 +45,20 @@ class Inventory:
             per_node = conn.execute(select(_S.c.node, func.count()).group_by(_S.c.node))
             counts: dict[str, int] = {node: n for node, n in per_node}
         return [_node(n, health.get(n.name, []), int(counts.get(n.name, 0))) for n in nodes]
+
+    def node_states(self, stale_before: float) -> NodeStates:
+        """How many nodes there are, stale (last batch before ``stale_before``) and unhealthy (stale,
+        or a collector whose last run failed): three counts in one query. ``/api/v1/status`` built
+        every node's record with its series count for them: 115 ms a call at 1,000 nodes of 480
+        series on SQLite, 186 ms on PostgreSQL (2026-12-06), ten times that at 10,000 nodes."""
+        stale = _N.c.last_seen < stale_before
+        failing = select(_C.c.node).where(_C.c.success.is_(False))
+        counts = select(
+            func.count(), func.count().filter(stale), func.count().filter(or_(stale, _N.c.name.in_(failing)))
+        )
+        with self.db.engine.connect() as conn:
+            nodes, stale_nodes, unhealthy = conn.execute(counts.select_from(_N)).one()
+        return NodeStates(int(nodes), int(stale_nodes), int(unhealthy))
 
     def fleet_health(self, stale_before: float) -> FleetHealth:
         """How many nodes report, by agent version and by collector outcome: a few grouped counts,

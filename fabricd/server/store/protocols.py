@@ -34,6 +34,7 @@ from fabricd.server.store.records import (
     IngestResult,
     Keep,
     NodeRecord,
+    NodeStates,
     PathRecord,
     PointRecord,
     SeriesInfo,
@@ -85,6 +86,8 @@ class LatestReader(Protocol):
 
 class NodeReader(Protocol):
     def nodes(self) -> list[NodeRecord]: ...
+
+    def node_states(self, stale_before: float) -> NodeStates: ...
 
     def node(self, name: str) -> NodeRecord: ...
 

@@ -174,6 +174,15 @@ class NodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeStates:
+    """How many nodes report, and how many are stale or unhealthy (``Inventory.node_states``)."""
+
+    nodes: int
+    stale: int  # last batch older than the stale time
+    unhealthy: int  # stale, or a collector whose last run failed
+
+
+@dataclass(frozen=True, slots=True)
 class FleetHealth:
     """Counts over the whole fleet for the central's bounded /metrics (``Inventory.fleet_health``)."""
 
