@@ -175,7 +175,7 @@ class NodeRecord:
 
 @dataclass(frozen=True, slots=True)
 class NodeStates:
-    """How many nodes report, and how many are stale or unhealthy (``Inventory.node_states``)."""
+    """How many nodes have sent a batch, and how many of them are stale or unhealthy (``Inventory.node_states``)."""
 
     nodes: int
     stale: int  # last batch older than the stale time
