@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from fabricd.detect.base import EvalContext, proposal
+from fabricd.detect.cover import stand_alone
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
 from fabricd.detect.localize import Cluster, Symptom
@@ -120,6 +121,8 @@ def cluster_network(
         kept = _fold_misplaced(ctx, kept, folded, places, LOCAL_PAIRS if local_hold_seconds else 0, opened)
     if guard is not None and absorb_strong:
         kept = _fold_stray_local(ctx, kept, folded, opened)
+    if guard is not None:
+        kept = stand_alone(ctx, kept, folded, guard, healthy, fired_strong, absorb_into, corroborated)
     out = []
     weak_ids = {id(f) for f in ev.weak} if weak_alone_waits else set()
     for cluster in kept:
