@@ -49,7 +49,7 @@ def stand_alone(
     open incident's element does. ``marked``: ids of fired strong findings (a cluster with its own
     port counters is not pairs alone)."""
     loc = ctx.localizer
-    network = {"fabric_link", "switch"}
+    network = {"fabric_link", "switch"}  # network.NETWORK_TYPES (network.py imports this module)
 
     def pairs_only(c: Cluster) -> bool:
         return not any(id(s.ref) in marked for x in (c, *folded.get(id(c), [])) for s in x.symptoms)
