@@ -91,7 +91,7 @@ def _hand_over(
     ctx: EvalContext, loc: Localizer, shared: list[Symptom], others: list[Cluster], folded: dict[int, list[Cluster]]
 ) -> None:
     """Each shared pair to the first cluster of ``others`` whose element it crosses (its evidence);
-    the rest cross an open incident's element: claimed, as that incident's (``network._lingering``)."""
+    the rest cross an open incident's element: claimed, as that incident's (``lingering``)."""
     rest = list(shared)
     for r in others:
         mine = [s for s in rest if loc.crosses(s.ref.node, s.ref.device, [r.element])]
@@ -100,6 +100,14 @@ def _hand_over(
             given = {id(s) for s in mine}
             rest = [s for s in rest if id(s) not in given]
     ctx.claim(s.ref for s in rest)
+
+
+def lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
+    """Pairs only, all crossing an element that already has an open incident (not this one): that
+    incident's symptoms still draining, not a second one (the case where no pair is its own)."""
+    if not open_elements or cluster.element in open_elements or any(not s.pair for s in cluster.symptoms):
+        return False
+    return all(ctx.localizer.crosses(s.ref.node, s.ref.device, open_elements) for s in cluster.symptoms)
 
 
 def _adjacent(loc: Localizer, a: str, b: str) -> bool:

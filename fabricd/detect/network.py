@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from fabricd.detect.base import EvalContext, proposal
-from fabricd.detect.cover import stand_alone
+from fabricd.detect.cover import lingering, stand_alone
 from fabricd.detect.findings import Finding
 from fabricd.detect.incidents import Proposal
 from fabricd.detect.localize import Cluster, Symptom
@@ -135,7 +135,7 @@ def cluster_network(
             continue
         if shared_end_hold and _shared_end(ctx, cluster, shared_end_hold):
             continue
-        if _lingering(ctx, cluster, absorb_into):
+        if lingering(ctx, cluster, absorb_into):
             ctx.claim(s.ref for s in cluster.symptoms)
             continue
         if absorb_strong and _receivers_of_open(ctx, cluster, absorb_into):
@@ -361,13 +361,6 @@ def _fold_stray_local(
         else:
             ctx.claim(s.ref for s in marks)
     return out
-
-
-def _lingering(ctx: EvalContext, cluster: Cluster, open_elements: Collection[str]) -> bool:
-    """Pairs only, all crossing an element that already has an open incident (not this one)."""
-    if not open_elements or cluster.element in open_elements or any(not s.pair for s in cluster.symptoms):
-        return False
-    return all(ctx.localizer.crosses(s.ref.node, s.ref.device, open_elements) for s in cluster.symptoms)
 
 
 def _tidy(
