@@ -386,6 +386,9 @@ def test_pairs_never_answered_are_not_counted_among_the_probed_pairs() -> None:
 LAB = fat_tree(12, 1, 4, 2, "roce")  # the routed lab's shape: three leaves of four hosts, two spines
 LAB_NODES = sorted(LAB.nodes)
 LAB_LEAF = {n: LAB.uplink(f"{n}/mlx5_0").b for n in LAB_NODES}  # type: ignore[union-attr]
+# A fixed draw of noisy pairs (src, dst) by node number: every pair into node-009 from another leaf
+# (4 of them from leaf-02's hosts), and 5 more between leaf-01 and leaf-03.
+NOISE = [(1, 9), (2, 9), (2, 10), (3, 9), (3, 11), (4, 9), (5, 9), (6, 9), (7, 9), (8, 9), (10, 1), (12, 2), (12, 4)]
 
 
 def test_noise_riding_on_another_leafs_lossy_uplink_is_not_a_second_incident() -> None:
@@ -394,11 +397,11 @@ def test_noise_riding_on_another_leafs_lossy_uplink_is_not_a_second_incident() -
     beside it. The second one's pairs were pairs from the first one's hosts, and 7 of the 32 pairs
     between the other two leaves, most of them into one host, each losing a probe a minute since
     before the fault (a saturated machine). Here: ``leaf-02``'s egress to ``spine-02`` loses 1 of a
-    scrape's 10 probes in 24 % of the scrapes of each pair through it, and 13 pairs elsewhere, 9 of
-    them into ``node-009`` (a fixed draw), lose one in 19 % of theirs, from 6 scrapes before the
-    fault. The greedy cover gave ``leaf-03`` the pairs between ``leaf-02`` and ``leaf-03``; on the
-    pairs only it explains it is no lossy uplink (fabricd/detect/cover.py). Without that second
-    look ``leaf-03`` opened too."""
+    scrape's 10 probes in 24 % of the scrapes of each pair through it, and 13 noisy pairs (``NOISE``:
+    the 8 into ``node-009`` from other leaves, and 5 between ``leaf-01`` and ``leaf-03``) lose one in
+    19 % of theirs, from 6 scrapes before the fault. The greedy cover gave ``leaf-03`` the pairs
+    between ``leaf-02`` and ``leaf-03``; on the pairs only it explains it is no lossy uplink
+    (fabricd/detect/cover.py). Without that second look ``leaf-03`` opened too."""
     c = Cluster(LAB_NODES, hcas=1, probe_peers={n: [p for p in LAB_NODES if p != n] for n in LAB_NODES})
     noise = {(f"node-{a:03d}", f"node-{b:03d}") for a, b in NOISE}
     draw = random.Random(49)
@@ -425,6 +428,3 @@ def test_noise_riding_on_another_leafs_lossy_uplink_is_not_a_second_incident() -
     assert sorted(x.element for x in inc.candidates) == ["leaf-02~spine-01", "leaf-02~spine-02"]
     # pairs between leaf-02 and leaf-03 through the fault are its evidence, whichever leaf took them
     assert {"node-006|node-011", "node-011|node-006"} <= set(inc.affected)
-
-
-NOISE = [(1, 9), (2, 9), (2, 10), (3, 9), (3, 11), (4, 9), (5, 9), (6, 9), (7, 9), (8, 9), (10, 1), (12, 2), (12, 4)]
