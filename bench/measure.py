@@ -64,6 +64,20 @@ def pid_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def postgres_cpu_seconds() -> float:
+    """user+sys CPU seconds of every ``postgres`` process on this machine (the backends, the WAL
+    writer, the checkpointer): the database's share of a run, beside its client's. Machine-wide,
+    so meaningful on a machine where nothing else uses PostgreSQL meanwhile."""
+    pids = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout.split()
+    total = 0.0
+    for pid in pids:
+        try:
+            total += pid_cpu_seconds(int(pid))
+        except OSError:  # ended meanwhile (a backend of a closed connection)
+            continue
+    return total
+
+
 def pid_rss_bytes(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

@@ -31,7 +31,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_metrics import bench_central_page, bench_exposition
 from loadgen import post_all
-from measure import Stat, free_port, pid_cpu_seconds, pid_rss_bytes, run_child
+from measure import Stat, free_port, pid_cpu_seconds, pid_rss_bytes, postgres_cpu_seconds, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -512,16 +512,19 @@ def _ingest_run(db_label: str, nodes: int, scrapes: int, run: int, tmp: Path, re
     out: dict[str, float] = {}
     central = Central(data, db)
     try:
-        start = time.perf_counter()
+        database_cpu = postgres_cpu_seconds if db is not None else lambda: 0.0
+        start, server = time.perf_counter(), database_cpu()
         post_all(central.url, bodies[: len(batches)])
         central.wait_caught_up()
         out["service"] = total / (time.perf_counter() - start)
-        cpu = pid_cpu_seconds(central.proc.pid)
+        cpu, server_after = pid_cpu_seconds(central.proc.pid), database_cpu()
+        out["postgres_cpu"] = (server_after - server) / total * 1e6
         start = time.perf_counter()  # then the same fleet's next scrapes: every series exists
         post_all(central.url, bodies[len(batches) :])
         central.wait_caught_up()
         out["steady"] = steady / (time.perf_counter() - start)
         out["steady_cpu"] = (pid_cpu_seconds(central.proc.pid) - cpu) / steady * 1e6
+        out["steady_postgres_cpu"] = (database_cpu() - server_after) / steady * 1e6
         if render:
             out["render"] = _metrics_render_seconds(central.url, 3).median
     finally:
@@ -570,6 +573,7 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
             "the server process's CPU over the row above"
             + ("" if db_label == "SQLite" else " (PostgreSQL's own processes not counted)"),
         ),
+        *(_postgres_rows(results) if db_label == "PostgreSQL" else []),
         _row(
             "ingest",
             f"bare executemany, {db_label}",
@@ -612,6 +616,28 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
             )
         )
     return rows
+
+
+def _postgres_rows(results: list[dict[str, float]]) -> list[Row]:
+    """PostgreSQL's own CPU a sample beside the central's: on the bench machine both share its
+    cores, so the database's share bounds the ingest rows as much as the service's does."""
+    note = "every postgres process's CPU (/proc) over the row, per sample stored"
+    return [
+        _row(
+            "ingest",
+            "PostgreSQL CPU per sample, first scrapes",
+            Stat.of([r["postgres_cpu"] for r in results]),
+            "µs",
+            note + " (the central ingest row: its first scrape creates the series)",
+        ),
+        _row(
+            "ingest",
+            "PostgreSQL CPU per sample at steady state",
+            Stat.of([r["steady_postgres_cpu"] for r in results]),
+            "µs",
+            note + " (the steady-state row)",
+        ),
+    ]
 
 
 def _floor_rows(results: list[dict[str, float]]) -> list[Row]:

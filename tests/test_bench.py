@@ -64,6 +64,8 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
         ("ingest", "central ingest at steady state, SQLite"),
         ("ingest", "central ingest at steady state, PostgreSQL"),
         ("ingest", "central CPU per sample at steady state, PostgreSQL"),
+        ("ingest", "PostgreSQL CPU per sample, first scrapes"),
+        ("ingest", "PostgreSQL CPU per sample at steady state"),
         ("ingest", "HTTP floor: uvicorn + FastAPI, a handler storing nothing"),
         ("ingest", "ratio central at steady state / HTTP floor, SQLite"),
         ("exporter", "/metrics render, 10-node fleet"),
@@ -91,6 +93,9 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
     floor = rows[("ingest", "HTTP floor: uvicorn + FastAPI, a handler storing nothing")]["median"]
     ratio = rows[("ingest", "ratio central at steady state / HTTP floor, SQLite")]["median"]
     assert math.isclose(ratio, rows[("ingest", "central ingest at steady state, SQLite")]["median"] / floor)
+    # PostgreSQL's own processes did the work of the first scrapes (creating every series, storing
+    # every point): read from /proc, not zero
+    assert rows[("ingest", "PostgreSQL CPU per sample, first scrapes")]["median"] > 0
     # the steady state is timed over the same fleet's next scrapes, after the ingest row's
     steady = rows[("ingest", "central ingest at steady state, SQLite")]
     assert steady["unit"] == "samples/s" and steady["note"].startswith(

@@ -1,0 +1,147 @@
+"""How to keep raw points in PostgreSQL: a row per point against a chunk per batch, side by side.
+
+The counterpart of ``bench/sqlite_layouts.py`` for PostgreSQL, where the central ingest row is far
+below its goal (docs/storage.md, "PostgreSQL's share of a sample"). Both layouts are range
+partitioned on event time, as ``partitions.py`` keeps ``points`` today, and get the same point rows
+(the service's ``PointRow``) in batches of one node's scrape (480 rows), one transaction a batch
+(``--group``: as many as the writer's group commit puts in one):
+
+- ``rows``: ``points`` as ``partitions.create_parent`` makes it (primary key (id, ts), index
+  (series_id, ts)), the rows written by the service's own ``COPY .. (FORMAT BINARY)`` writer
+  (``postgres.STATEMENTS.insert_points``);
+- ``chunks``: ``point_chunks`` partitioned on ``ts_min``, primary key (id, ts_min), index (node,
+  ts_min), one row a batch whose points are packed by ``chunks.pack`` (SQLite's layout), the blob
+  left to TOAST's defaults (``pglz``); ``chunks_lz4`` and ``chunks_plain`` the same with the blob
+  compressed by ``lz4``, or stored out of line uncompressed (``STORAGE EXTERNAL``).
+
+Reported per point: this client's CPU (``time.thread_time``) and the PostgreSQL server's (every
+``postgres`` process of the machine, read from /proc: the backend, the WAL writer, the
+checkpointer), the wall time, the client's CPU to read every point back in id order, and the
+partitions' size (indexes and TOAST included). Run it on a quiet machine: the server's CPU is
+read machine-wide.
+
+    python bench/postgres_layouts.py [--batches 1000] [--runs 3] [--dsn postgresql://postgres@127.0.0.1:5432/test]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import psycopg
+from measure import postgres_cpu_seconds
+from sqlite_layouts import PER_BATCH, T0, batches
+
+from fabricd.server.store import chunks
+from fabricd.server.store.postgres import STATEMENTS
+
+DAY = 86400.0
+SCHEMA = {
+    "rows": [
+        "CREATE SEQUENCE points_id_seq",
+        "CREATE TABLE points (id BIGINT NOT NULL DEFAULT nextval('points_id_seq'), series_id BIGINT NOT NULL, "
+        "ts FLOAT8 NOT NULL, value FLOAT8 NOT NULL, rate FLOAT8, status VARCHAR(16) NOT NULL, since FLOAT8, "
+        "step FLOAT8 NOT NULL DEFAULT 0, CONSTRAINT points_pkey PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)",
+        "CREATE INDEX ix_points_series_ts ON points (series_id, ts)",
+        f"CREATE TABLE points_p PARTITION OF points FOR VALUES FROM ({T0 - DAY}) TO ({T0 + DAY})",
+    ],
+    "chunks": [
+        f"CREATE TABLE {chunks.TABLE} (id BIGINT NOT NULL, count INT NOT NULL, node TEXT NOT NULL, "
+        "ts_min FLOAT8 NOT NULL, ts_max FLOAT8 NOT NULL, points BYTEA NOT NULL, ids BYTEA, "
+        "PRIMARY KEY (id, ts_min)) PARTITION BY RANGE (ts_min)",
+        f"CREATE INDEX ix_point_chunks_node_ts ON {chunks.TABLE} (node, ts_min)",
+        f"CREATE TABLE point_chunks_p PARTITION OF {chunks.TABLE} FOR VALUES FROM ({T0 - DAY}) TO ({T0 + DAY})",
+    ],
+}
+# The blob's TOAST settings (PostgreSQL compresses a value over ~2 KB with pglz by default; a
+# chunk of 480 points is 19,680 bytes): lz4, or stored out of line uncompressed.
+SCHEMA["chunks_lz4"] = [*SCHEMA["chunks"], "ALTER TABLE point_chunks_p ALTER COLUMN points SET COMPRESSION lz4"]
+SCHEMA["chunks_plain"] = [*SCHEMA["chunks"], "ALTER TABLE point_chunks_p ALTER COLUMN points SET STORAGE EXTERNAL"]
+INSERT_CHUNK = f"INSERT INTO {chunks.TABLE} (id, count, node, ts_min, ts_max, points) VALUES (%s, %s, %s, %s, %s, %b)"
+PARENT = {"rows": "points"}
+
+
+def measure(layout: str, data: list[tuple[str, list[tuple[Any, ...]]]], dsn: str, group: int) -> dict[str, float]:
+    name = f"fabricd_layouts_{os.getpid()}"
+    admin = psycopg.connect(dsn, autocommit=True)
+    admin.execute(f"DROP DATABASE IF EXISTS {name}")
+    admin.execute(f"CREATE DATABASE {name}")
+    try:
+        with psycopg.connect(dsn.rsplit("/", 1)[0] + f"/{name}") as conn:
+            for statement in SCHEMA[layout]:
+                conn.execute(statement)
+            conn.commit()
+            cur = conn.cursor()
+            last_id = 0
+            cpu, server, wall = time.thread_time(), postgres_cpu_seconds(), time.perf_counter()
+            for i, (node, rows) in enumerate(data, 1):
+                if layout == "rows":
+                    STATEMENTS.insert_points.write(cur, node, rows)
+                else:
+                    blob, ts_min, ts_max = chunks.pack(rows)
+                    last_id += len(rows)
+                    cur.execute(INSERT_CHUNK, (last_id, len(rows), node, ts_min, ts_max, blob))
+                if i % group == 0 or i == len(data):  # the service's group commit: ``group`` batches a commit
+                    conn.commit()
+            wall = time.perf_counter() - wall
+            cpu, server = time.thread_time() - cpu, postgres_cpu_seconds() - server
+            read = time.thread_time()
+            if layout == "rows":
+                cur.execute("SELECT id, series_id, ts, value, rate, status, since FROM points ORDER BY id")
+                back = len(cur.fetchall())
+            else:
+                cur.execute(f"SELECT id, count, points, ids FROM {chunks.TABLE} ORDER BY id")
+                back = sum(len(chunks.unpack(i, n, bytes(blob), ids)) for i, n, blob, ids in cur.fetchall())
+            read = time.thread_time() - read
+            size = cur.execute(
+                "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%s::regclass)",
+                (PARENT.get(layout, chunks.TABLE),),
+            ).fetchone()[0]
+    finally:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+    points = sum(len(rows) for _node, rows in data)
+    assert back == points, (layout, back, points)
+    return {
+        "client_cpu": cpu / points * 1e6,
+        "server_cpu": server / points * 1e6,
+        "wall": wall / points * 1e6,
+        "read_cpu": read / points * 1e6,
+        "bytes": int(size) / points,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    ap.add_argument("--group", type=int, default=1, help="batches a transaction (the writer's group commit)")
+    args = ap.parse_args()
+    data = batches(args.batches)
+    results: dict[str, list[dict[str, float]]] = {layout: [] for layout in SCHEMA}
+    for _ in range(args.runs):  # alternated, so a change of the machine's speed hits both
+        for layout in results:
+            results[layout].append(measure(layout, data, args.dsn, args.group))
+    print(
+        f"{args.batches} batches x {PER_BATCH} points, {args.group} a transaction, medians of {args.runs} runs, µs a point"
+    )
+    print("| layout | client CPU | server CPU | wall | read back CPU | bytes a point |\n|---|---|---|---|---|---|")
+    for layout, runs in results.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(
+            f"| {layout} | {med['client_cpu']:.2f} | {med['server_cpu']:.2f} | {med['wall']:.2f} "
+            f"| {med['read_cpu']:.2f} | {med['bytes']:.0f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
