@@ -75,21 +75,15 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
     is the detect stage over the scrapes after the first ``LEARNING_SCRAPES`` of every node."""
     from fabricd import gctune
     from fabricd.server import db
-    from fabricd.server.detection import EngineDetector, keep_for
     from fabricd.server.ingest import Body, decode
-    from fabricd.server.jobattribution import JobAttribution
-    from fabricd.server.rankstragglers import RankStragglerDetector
     from fabricd.server.store.storage import Storage
-    from fabricd.settings import LimitSettings, ServerSettings
+    from fabricd.settings import LimitSettings
 
     engine = db.make_engine(url)
     db.prepare(engine)
     store = Storage.open(engine, stream_tail_points=100_000)
     store.maintenance.prepare(time.time())
-    engine_detector = EngineDetector(ServerSettings(), store.topology)
-    feed = JobAttribution(RankStragglerDetector(engine_detector), store.jobs, store.topology)
-    feed.expect({b.node for b in batches}, time.time())
-    keep = keep_for(feed)  # as the detection loop reads: only what the detectors use
+    feed, keep = detectors(store, batches)
     limits = LimitSettings()
     spent = dict.fromkeys(STAGES, 0.0)
     cursor = samples = pending = steady_samples = 0
@@ -119,10 +113,53 @@ def measure(url: str, batches: list[Any], bodies: list[bytes]) -> dict[str, floa
             if i >= learned:
                 steady_seconds += clock() - t
                 steady_samples += read
-    engine.dispose()
     out = {stage: seconds / samples * 1e6 for stage, seconds in spent.items()}
     out["detect_steady"] = steady_seconds / steady_samples * 1e6 if steady_samples else float("nan")
+    if engine.dialect.name == "postgresql":
+        out.update(correlator(store, batches, samples))
+    engine.dispose()
     return out
+
+
+def detectors(store: Any, batches: list[Any]) -> tuple[Any, Any]:
+    """The service's detector stack as ``fabricd.server.app`` builds it (job attribution, rank
+    stragglers, settlement and the engine), expecting the fleet's nodes, and what it reads."""
+    from fabricd.server.detection import EngineDetector, keep_for
+    from fabricd.server.jobattribution import JobAttribution
+    from fabricd.server.rankstragglers import RankStragglerDetector
+    from fabricd.settings import ServerSettings
+
+    feed = JobAttribution(
+        RankStragglerDetector(EngineDetector(ServerSettings(), store.topology)), store.jobs, store.topology
+    )
+    feed.expect({b.node for b in batches}, time.time())
+    return feed, keep_for(feed)  # as the detection loop reads: only what the detectors use
+
+
+def correlator(store: Any, batches: list[Any], samples: int) -> dict[str, float]:
+    """The correlator of replicas over the same stored fleet: every bus partition (the default
+    count) read back from PostgreSQL past its cursor (``PartitionedStream``, READ_POINTS a
+    partition a read) and handed to a fresh detector stack; thread CPU µs a sample of the read and
+    of the detectors (a single central reads its in-memory tail instead: the detect stage)."""
+    from fabricd.bus import BusNames
+    from fabricd.server.partition_stream import PartitionCursor, PartitionedStream
+
+    names = BusNames()
+    stream = PartitionedStream(store.latest.db, store.latest.identities, names)
+    feed, keep = detectors(store, batches)
+    cursor = PartitionCursor((0,) * names.partitions)
+    clock, read, detect, got = time.thread_time, 0.0, 0.0, 0
+    while got < samples:
+        t = clock()
+        deliveries, cursor = stream.read(cursor, READ_POINTS, keep=keep)
+        t1 = clock()
+        feed.deliver(deliveries, time.time(), frozenset())
+        read, detect = read + t1 - t, detect + clock() - t1
+        n = sum(d.read for d in deliveries)
+        if n == 0:
+            raise RuntimeError(f"the partitions gave {got} of the {samples} samples stored")
+        got += n
+    return {"correlator_read": read / got * 1e6, "correlator_detect": detect / got * 1e6}
 
 
 def run_on(url_of: Any, nodes: int, scrapes: int, runs: int, tmp: Path) -> list[dict[str, float]]:

@@ -802,6 +802,8 @@ def _stage_rows(db_label: str, results: list[dict[str, float]], note: str) -> li
             f"as above, the scrapes after each node's first {LEARNING_SCRAPES} (learned once); goal >= 1,500,000",
         )
     )
+    if "correlator_read" in results[0]:
+        rows += _correlator_rows(results)
     totals = [sum(r[s] for s in STAGES) for r in results]
     rows.append(
         _row("replica", f"CPU per sample, all three, {db_label}", Stat.of(totals), "µs", "decode + store + detect")
@@ -816,6 +818,27 @@ def _stage_rows(db_label: str, results: list[dict[str, float]], note: str) -> li
         )
     )
     return rows
+
+
+def _correlator_rows(results: list[dict[str, float]]) -> list[Row]:
+    """The correlator's CPU a sample among replicas (PostgreSQL): what sizes it (docs/operations.md)."""
+    note = "the same stored fleet read back by bus partition (PartitionedStream), thread CPU"
+    return [
+        _row(
+            "replica",
+            "correlator CPU per sample, partition read-back, PostgreSQL",
+            Stat.of([r["correlator_read"] for r in results]),
+            "µs",
+            note,
+        ),
+        _row(
+            "replica",
+            "correlator CPU per sample, detectors, PostgreSQL",
+            Stat.of([r["correlator_detect"] for r in results]),
+            "µs",
+            note + ": the service's detector stack on what the read hands it",
+        ),
+    ]
 
 
 def _via_bus(nodes: int, scrapes: int, run: int, tmp: Path, db_label: str) -> dict[str, float]:

@@ -78,6 +78,8 @@ def test_smoke_run_reports_every_section_and_rewrites_only_the_table(tmp_path: P
         ("replica", "CPU per sample, store, PostgreSQL"),
         ("replica", "detection samples/s per core, SQLite"),
         ("replica", "samples/s per core from CPU, PostgreSQL"),
+        ("replica", "correlator CPU per sample, partition read-back, PostgreSQL"),
+        ("replica", "correlator CPU per sample, detectors, PostgreSQL"),
         ("bus", "NATS JetStream end to end, nats-py"),
         ("bus", "ratio central via NATS / the bus alone"),
         ("bus", "two replicas via NATS, PostgreSQL, per replica"),

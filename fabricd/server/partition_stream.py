@@ -23,7 +23,7 @@ from fabricd.bus import BusNames
 from fabricd.server.store.identities import Identities
 from fabricd.server.store.records import Delivery, Keep
 from fabricd.server.store.sql import Database
-from fabricd.server.store.stream import deliveries
+from fabricd.server.store.stream import read_back
 
 _READ = (
     "SELECT p.id, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
@@ -113,7 +113,7 @@ class PartitionedStream:
             rows = self.db.fetch(cur, _READ, (nodes, after, end, limit))
             idents = self.identities.load(cur, {row[1] for row in rows})
         upto = rows[-1][0] if rows else after
-        return deliveries([row[1:] for row in rows], idents, keep), upto
+        return read_back([row[1:] for row in rows], idents, keep), upto
 
     def _nodes(self) -> dict[int, _Nodes]:
         with self.db.cursor() as cur:

@@ -75,7 +75,7 @@ class Stream:
                 found = self.db.fetch(cur, self.db.sql.read_points, (cursor, limit))
             idents = self.identities.load(cur, {row[1] for row in found})
         upto = found[-1][0] if found else cursor
-        return deliveries([row[1:] for row in found], idents, keep), upto
+        return read_back([row[1:] for row in found], idents, keep), upto
 
     def head(self) -> int:
         """The newest stored point's id: the tail's when it follows the writer (the detection loop
@@ -126,6 +126,38 @@ def deliveries(rows: Sequence[Any], idents: Mapping[int, Identity], keep: Keep |
     if node is not None:
         out.append(Delivery(node, samples, len(rows) - start, stamps))
     return out
+
+
+def read_back(rows: Sequence[PointRow], idents: Mapping[int, Identity], keep: Keep | None) -> list[Delivery]:
+    """``deliveries`` of points read back from the database in id order, through each node's
+    ``Plan`` as the tail's batches go (``planned``): the rows are cut where the node or the event
+    time changes, one node's scrape a run. A reader behind the tail, and the correlator reading its
+    partitions (``fabricd/server/partition_stream.py``), then hand the detectors stored rows
+    instead of a sample built per kept point. Without ``keep``, or with a point of a series that
+    does not exist (left out, as by an inner join), point by point."""
+    runs = _runs(rows, idents, keep) if keep is not None and rows else None
+    return planned(runs, idents, keep) if runs is not None and keep is not None else deliveries(rows, idents, keep)
+
+
+def _runs(rows: Sequence[PointRow], idents: Mapping[int, Identity], keep: Keep) -> list[Chunk] | None:
+    """The rows as ``Chunk`` runs of one node and one event time; None if a series is unknown."""
+    known, learn = keep.known, keep.learn
+    out: list[Chunk] = []
+    start, node, ts = 0, "", rows[0][1]
+    for i, row in enumerate(rows):
+        seen = known.get(row[0]) or learn(row[0], idents)
+        if seen is None:
+            return None
+        if seen[0] != node or row[1] != ts:
+            if i:
+                out.append(_run(node, rows[start:i], ts))
+            start, node, ts = i, seen[0], row[1]
+    out.append(_run(node, rows[start:], ts))
+    return out
+
+
+def _run(node: str, rows: Sequence[PointRow], ts: float) -> Chunk:
+    return Chunk(node, rows, tuple(map(_SID, rows)), ts)
 
 
 class Plan(NamedTuple):
