@@ -52,7 +52,7 @@ class ScrapeRows(LazySamples):
         self._built = None
 
     def _build_samples(self) -> list[Sample]:
-        """The samples, as ``stream.deliveries`` builds them."""
+        """The samples, as ``plans.deliveries`` builds them."""
         return _build(self.layout, self.rows)
 
     def __len__(self) -> int:

@@ -84,7 +84,7 @@ def test_a_stored_scrape_leaves_the_engine_as_its_samples_do() -> None:
 
 
 def test_the_samples_a_stored_scrape_builds_are_the_streams() -> None:
-    """A consumer that iterates a ``ScrapeRows`` gets what ``stream.deliveries`` builds: a counter
+    """A consumer that iterates a ``ScrapeRows`` gets what ``plans.deliveries`` builds: a counter
     with its identity as reading, a gauge with a reading of its value, the status and the time."""
     rows = _stored(SCRAPE[:3], TS)
     assert len(rows) == 3 and rows[0] is rows.samples()[0]

@@ -955,7 +955,7 @@ def test_the_tail_reads_a_nodes_batches_of_the_same_series_through_one_plan(
     """A node's agent sends the same series in the same order every scrape: the detection loop's
     read makes one ``Plan`` of which rows it keeps and reuses it, looking at no left-out row again;
     a batch of other series makes a new one. What it reads is what the database path reads."""
-    from fabricd.server.store import stream as stream_module
+    from fabricd.server.store import plans as plans_module
 
     live = Storage.open(store.engine, stream_tail_points=1000, partition_seconds=1800.0)
     vl15 = {"counter": "vl15_dropped", "name": "vl15_dropped", "unit": "packets"}  # left out
@@ -963,8 +963,8 @@ def test_the_tail_reads_a_nodes_batches_of_the_same_series_through_one_plan(
         ts = T0 + 10 * k
         live.writer.ingest(make_batch("n1", f"s{k}", [ib_sample(ts, **vl15), ib_sample(ts, rate=1.0 + k)]), T0, 100)
     plans: list[object] = []
-    made = stream_module._plan
-    monkeypatch.setattr(stream_module, "_plan", lambda *a: plans.append(1) or made(*a))
+    made = plans_module._plan
+    monkeypatch.setattr(plans_module, "_plan", lambda *a: plans.append(1) or made(*a))
     keep = keep_for(EngineFeed(DetectionEngine()))
     assert keep is not None
     got, upto = live.stream.read(0, 100, keep=keep)
@@ -991,7 +991,7 @@ def test_a_read_that_cuts_a_batch_keeps_the_nodes_whole_plan_and_hands_scrapes_a
     one scrape (``first_ts == last_ts``, as agents send and ``wire.decode`` checks) is handed on as
     its rows; one of several scrapes as the samples of each."""
     from fabricd.scrape_rows import ScrapeRows
-    from fabricd.server.store import stream as stream_module
+    from fabricd.server.store import plans as plans_module
 
     live = Storage.open(store.engine, stream_tail_points=1000, partition_seconds=1800.0)
     vl15 = {"counter": "vl15_dropped", "name": "vl15_dropped", "unit": "packets"}  # left out
@@ -1004,8 +1004,8 @@ def test_a_read_that_cuts_a_batch_keeps_the_nodes_whole_plan_and_hands_scrapes_a
     two.first_ts, two.last_ts = T0 + 30, T0 + 40
     live.writer.ingest(two, T0, 100)
     plans: list[object] = []
-    made = stream_module._plan
-    monkeypatch.setattr(stream_module, "_plan", lambda *a: plans.append(1) or made(*a))
+    made = plans_module._plan
+    monkeypatch.setattr(plans_module, "_plan", lambda *a: plans.append(1) or made(*a))
     keep = keep_for(EngineFeed(DetectionEngine()))
     assert keep is not None
     first, upto = live.stream.read(0, 4, keep=keep)  # s0 whole, s1's first point

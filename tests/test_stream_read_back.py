@@ -17,8 +17,8 @@ from typing import Any
 from fabricd.detect.engine import DetectionEngine
 from fabricd.model import Kind, Reading
 from fabricd.scrape_rows import ScrapeRows
+from fabricd.server.store.plans import deliveries, read_back
 from fabricd.server.store.records import Delivery, Keep, PointRow
-from fabricd.server.store.stream import deliveries, read_back
 
 T0 = 1_800_000_000.0
 # (counter, neutral name, kind): two the engine reads as rates, a gauge it reads, one it never reads

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from fabricd.bus import BusNames
 from fabricd.server.store.identities import Identities
+from fabricd.server.store.plans import read_back
 from fabricd.server.store.records import Delivery, Keep
 from fabricd.server.store.sql import Database
-from fabricd.server.store.stream import read_back
 
 _READ = (
     "SELECT p.id, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "

@@ -84,7 +84,7 @@ class Keep:
         self.rates_only = rates_only
         # series id -> (node, identity, SKIP | BUILD | SHARE): one lookup a point instead of two
         self.known: dict[int, tuple[str, Reading, int]] = {}
-        self.plans: dict[str, Any] = {}  # node -> its batches' ``stream.Plan``
+        self.plans: dict[str, Any] = {}  # node -> its batches' ``plans.Plan``
 
     def learn(self, sid: int, idents: Mapping[int, tuple[str, Reading]]) -> tuple[str, Reading, int] | None:
         """The series' entry, or None if it does not exist."""
