@@ -6,8 +6,8 @@ partitioned on event time, as ``partitions.py`` keeps ``points`` today, and get 
 (the service's ``PointRow``) in batches of one node's scrape (480 rows), one transaction a batch
 (``--group``: as many as the writer's group commit puts in one):
 
-- ``rows``: ``points`` as ``partitions.create_parent`` makes it (primary key (id, ts), index
-  (series_id, ts)), the rows written by the service's own ``COPY .. (FORMAT BINARY)`` writer
+- ``rows``: ``points`` made by the service's own ``partitions.create_parent`` and
+  ``partitions.create`` (primary key (id, ts), index (series_id, ts)), the rows written by the service's own ``COPY .. (FORMAT BINARY)`` writer
   (``postgres.STATEMENTS.insert_points``);
 - ``chunks``: ``point_chunks`` partitioned on ``ts_min``, primary key (id, ts_min), index (node,
   ts_min), one row a batch whose points are packed by ``chunks.pack`` (SQLite's layout), the blob
@@ -36,22 +36,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg
+import sqlalchemy
 from measure import postgres_cpu_seconds
 from sqlite_layouts import PER_BATCH, T0, batches
 
-from fabricd.server.store import chunks
+from fabricd.server.store import chunks, partitions
 from fabricd.server.store.postgres import STATEMENTS
 
 DAY = 86400.0
 SCHEMA = {
-    "rows": [
-        "CREATE SEQUENCE points_id_seq",
-        "CREATE TABLE points (id BIGINT NOT NULL DEFAULT nextval('points_id_seq'), series_id BIGINT NOT NULL, "
-        "ts FLOAT8 NOT NULL, value FLOAT8 NOT NULL, rate FLOAT8, status VARCHAR(16) NOT NULL, since FLOAT8, "
-        "step FLOAT8 NOT NULL DEFAULT 0, CONSTRAINT points_pkey PRIMARY KEY (id, ts)) PARTITION BY RANGE (ts)",
-        "CREATE INDEX ix_points_series_ts ON points (series_id, ts)",
-        f"CREATE TABLE points_p PARTITION OF points FOR VALUES FROM ({T0 - DAY}) TO ({T0 + DAY})",
-    ],
+    "rows": ["CREATE SEQUENCE points_id_seq"],  # then the service's own partitioned ``points`` (``create``)
     "chunks": [
         f"CREATE TABLE {chunks.TABLE} (id BIGINT NOT NULL, count INT NOT NULL, node TEXT NOT NULL, "
         "ts_min FLOAT8 NOT NULL, ts_max FLOAT8 NOT NULL, points BYTEA NOT NULL, ids BYTEA, "
@@ -68,16 +62,30 @@ INSERT_CHUNK = f"INSERT INTO {chunks.TABLE} (id, count, node, ts_min, ts_max, po
 PARENT = {"rows": "points"}
 
 
+def create(layout: str, url: str) -> None:
+    """The layout's tables; ``points`` exactly as the service creates it (``partitions.py``: the
+    parent, its indexes and default partition, and one time partition around the data)."""
+    engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with engine.begin() as conn:
+            for statement in SCHEMA[layout]:
+                conn.exec_driver_sql(statement)
+            if layout == "rows":
+                partitions.create_parent(conn)
+                partitions.create(conn, T0 - DAY, T0 + DAY)
+    finally:
+        engine.dispose()
+
+
 def measure(layout: str, data: list[tuple[str, list[tuple[Any, ...]]]], dsn: str, group: int) -> dict[str, float]:
     name = f"fabricd_layouts_{os.getpid()}"
     admin = psycopg.connect(dsn, autocommit=True)
     admin.execute(f"DROP DATABASE IF EXISTS {name}")
     admin.execute(f"CREATE DATABASE {name}")
     try:
-        with psycopg.connect(dsn.rsplit("/", 1)[0] + f"/{name}") as conn:
-            for statement in SCHEMA[layout]:
-                conn.execute(statement)
-            conn.commit()
+        url = dsn.rsplit("/", 1)[0] + f"/{name}"
+        create(layout, url)
+        with psycopg.connect(url) as conn:
             cur = conn.cursor()
             last_id = 0
             cpu, server, wall = time.thread_time(), postgres_cpu_seconds(), time.perf_counter()
