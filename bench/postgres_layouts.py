@@ -7,8 +7,8 @@ partitioned on event time, as ``partitions.py`` keeps ``points`` today, and get 
 (``--group``: as many as the writer's group commit puts in one):
 
 - ``rows``: ``points`` made by the service's own ``partitions.create_parent`` and
-  ``partitions.create`` (primary key (id, ts), index (series_id, ts)), the rows written by the service's own ``COPY .. (FORMAT BINARY)`` writer
-  (``postgres.STATEMENTS.insert_points``);
+  ``partitions.create`` (primary key (id, ts), index (series_id, ts)), the rows written by the
+  service's own ``COPY .. (FORMAT BINARY)`` writer (``postgres.STATEMENTS.insert_points``);
 - ``chunks``: ``point_chunks`` partitioned on ``ts_min``, primary key (id, ts_min), index (node,
   ts_min), one row a batch whose points are packed by ``chunks.pack`` (SQLite's layout), the blob
   left to TOAST's defaults (``pglz``); ``chunks_lz4`` and ``chunks_plain`` the same with the blob
