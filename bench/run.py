@@ -290,9 +290,10 @@ def _bare_connect(url: str) -> tuple[Any, str]:
 
 
 def _insert_like_service(cur: Any, ph: str, rows: list[tuple[Any, ...]]) -> None:
-    """The DBAPI method the service uses (fabricd/server/store/sqlite.py and postgres.py): on SQLite,
-    multi-row ``INSERT .. VALUES (..), (..)`` in power-of-two chunks of at most 512 rows; on PostgreSQL,
-    ``COPY .. FROM STDIN (FORMAT BINARY)``."""
+    """The DBAPI method the service used for a row a point, before it stored a chunk a batch
+    (migrations 0008 and 0011): on SQLite, multi-row ``INSERT .. VALUES (..), (..)`` in power-of-two
+    chunks of at most 512 rows (still its method for new series); on PostgreSQL, ``COPY .. FROM
+    STDIN (FORMAT BINARY)`` (still its method for folded points)."""
     if ph == "%s":
         with cur.copy("COPY bare_points (series_id, ts, value, rate, status) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "float8", "float8", "float8", "text"])
@@ -418,9 +419,9 @@ def _points_in(url: str, exact: bool = False) -> int:
     """Points stored, as the nodes' ingest counters say (committed with the points); ``exact``
     counts the table. Polled every 50 ms, ``count(*)`` over a million points cost PostgreSQL most
     of a core on this 2-core machine, taken from the service being measured."""
-    conn, ph = _bare_connect(url)
-    # SQLite keeps raw points in chunks, one row per batch (fabricd/server/store/chunks.py).
-    raw = "SELECT coalesce(sum(count), 0) FROM point_chunks" if ph == "?" else "SELECT count(*) FROM points"
+    conn, _ph = _bare_connect(url)
+    # Raw points are chunks, one row per batch (fabricd/server/store/chunks.py).
+    raw = "SELECT coalesce(sum(count), 0) FROM point_chunks"
     sql = raw if exact else "SELECT coalesce(sum(samples), 0) FROM nodes"
     try:
         return int(conn.execute(sql).fetchone()[0])
@@ -586,7 +587,9 @@ def _ingest_on(db_label: str, nodes: int, scrapes: int, runs: int, tmp: Path) ->
             f"bare, service's DBAPI method, {db_label}",
             Stat.of([r["service_method"] for r in results]),
             "samples/s",
-            "as above; " + ("VALUES (..),(..) x512" if db_label == "SQLite" else "COPY binary"),
+            "as above; "
+            + ("VALUES (..),(..) x512" if db_label == "SQLite" else "COPY binary")
+            + ", a row a point: the service's row method before raw points became chunks (0008, 0011)",
         ),
         _row(
             "ingest",

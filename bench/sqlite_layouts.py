@@ -4,7 +4,7 @@ docs/storage.md ("Raw points in chunks") chooses the layout from these numbers. 
 point rows (the service's ``PointRow``), one transaction per batch of one node's scrape (480 rows)
 with the service's pragmas (WAL, ``synchronous=FULL``), through the service's own writers: rows in
 multi-row ``VALUES`` statements (``sqlite.ManyRows``, the writer before migration 0008) into
-``points`` with its two indexes, chunks through ``chunks.ChunkWriter`` into ``point_chunks``.
+``points`` with its two indexes, chunks through ``sqlite.CHUNKS`` (the service's writer) into ``point_chunks``.
 Reported per point: this thread's CPU (``time.thread_time``) and wall time to store, the CPU to
 read every point back in id order (the detection stream's database path), and the database file's
 size (indexes included, the WAL checkpointed).
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fabricd.server.store import chunks
+from fabricd.server.store import chunks, sqlite
 from fabricd.server.store.sqlite import ManyRows
 
 T0 = 1_700_000_000.0
@@ -67,7 +67,7 @@ def measure(layout: str, data: list[tuple[str, list[tuple[Any, ...]]]]) -> dict[
         for statement in SCHEMA[layout]:
             conn.execute(statement)
         cur = conn.cursor()
-        writer = chunks.ChunkWriter()
+        writer = sqlite.CHUNKS
         cpu, wall = time.thread_time(), time.perf_counter()
         for node, rows in data:
             cur.execute("BEGIN")
@@ -82,7 +82,7 @@ def measure(layout: str, data: list[tuple[str, list[tuple[Any, ...]]]]) -> dict[
             cur.execute("SELECT id, series_id, ts, value, rate, status, since FROM points WHERE step = 0.0 ORDER BY id")
             back = len(cur.fetchall())
         else:
-            back = len(chunks.after(cur, 0, 1 << 62))
+            back = len(sqlite.CHUNKS.after(cur, 0, 1 << 62))
         read = time.thread_time() - read
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size = conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]

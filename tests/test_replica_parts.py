@@ -24,6 +24,7 @@ from fabricd.server import db
 from fabricd.server.claims import Claims
 from fabricd.server.partition_stream import PartitionCursor, PartitionedStream
 from fabricd.server.replica_wiring import replica_id
+from fabricd.server.store import postgres
 from fabricd.server.store.storage import Storage
 from fabricd.settings import ServerSettings
 from tests.helpers import skip_or_fail
@@ -119,12 +120,9 @@ def test_a_point_committed_late_below_another_partitions_points_is_still_read(st
         cur = raw.cursor()
         cur.execute("SELECT id FROM series WHERE node = %s", (x,))
         (sid,) = cur.fetchone()
-        cur.execute(
-            "INSERT INTO points (series_id, ts, value, rate, status, since, step) "
-            "VALUES (%s, %s, 1.0, 1.0, 'ok', NULL, 0.0)",
-            (sid, T0 + 10),
-        )
-        # as a replica's writer does, in the same transaction (fabricd/server/store/writer.py)
+        # its batch's chunk, and its node's newest id, as a replica's writer stores them in one
+        # transaction (fabricd/server/store/writer.py)
+        postgres.CHUNKS.write(cur, x, [(sid, T0 + 10, 1.0, 1.0, "ok", None)])
         cur.execute("UPDATE nodes SET last_point_id = lastval() WHERE name = %s", (x,))
         store.writer.ingest(make_batch(y, f"{y}-2", [ib_sample(T0 + 10)]), T0 + 10, 100)  # commits a higher id
         middle, cursor = stream.read(cursor)

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from fabricd.sim import live
 from fabricd.sim.demo import upload_topology
 from fabricd.topology import to_doc
 from tests.helpers import need_binary, skip_or_fail
+from tests.support.points import raw_points
 from tests.support.server import ServerProcess, free_port, pg_reachable, pg_schema
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -321,23 +323,13 @@ def _stored(db: str, sent: dict[str, int]) -> tuple[Any, ...] | None:
                 n: int(c)
                 for n, c in q(sqlalchemy.text("SELECT node, sum(samples) FROM ingested_batches GROUP BY node"))
             }
-            points = {
-                n: int(c)
-                for n, c in q(
-                    sqlalchemy.text(
-                        "SELECT s.node, count(*) FROM points p JOIN series s ON s.id = p.series_id "
-                        "WHERE p.step = 0.0 GROUP BY s.node"
-                    )
-                )
-            }
-            twice = q(
-                sqlalchemy.text(
-                    "SELECT series_id, ts FROM points WHERE step = 0.0 GROUP BY series_id, ts HAVING count(*) > 1"
-                )
-            ).all()
+            raw = raw_points(engine)  # the batches' chunks, unpacked
+            node_of = dict(q(sqlalchemy.text("SELECT id, node FROM series")).all())
+            points = dict(Counter(node_of[p[1]] for p in raw))
+            twice = [key for key, n in Counter((p[1], p[2]) for p in raw).items() if n > 1]
     finally:
         engine.dispose()
-    return stored, points, carried, [tuple(r) for r in twice]
+    return stored, points, carried, twice
 
 
 def single_engine(db: str, doc: dict[str, Any], until_ts: float, began_before: float) -> set[tuple[str, str]]:

@@ -54,15 +54,27 @@ def flat(read: tuple[list[Delivery], int]) -> tuple[list[tuple[str, Sample]], in
 def test_migrations_create_exactly_the_table_models(store: Storage) -> None:
     with store.engine.connect() as conn:
         is_partitioned = conn.dialect.name == "postgresql" and partitions.is_partitioned(conn)
-        children = {p.name for p in partitions.partitions(conn)} | {partitions.DEFAULT} if is_partitioned else set()
+        children = set()
+        if is_partitioned:
+            for parent in (partitions.POINTS, partitions.CHUNKS):
+                children |= {p.name for p in partitions.partitions(conn, parent)} | {parent.default}
         # The time partitions are tables of their own to the inspector, not models.
         context = MigrationContext.configure(conn, opts={"include_name": lambda name, kind, _p: name not in children})
         diffs = compare_metadata(context, Base.metadata)
-    # PostgreSQL's partitioned points have no (step, ts) index (fabricd/server/store/partitions.py),
-    # and its raw points are rows: no chunks (fabricd/server/store/chunks.py).
-    pg = [("add_index", n) for n in ("ix_point_chunks_node_ts", "ix_point_chunks_ts", "ix_points_step_ts")]
-    expected = sorted([("add_table", "point_chunks"), *pg]) if is_partitioned else []
-    assert sorted((d[0], d[1].name) for d in diffs) == expected
+    # PostgreSQL's partitioned tables differ from SQLite's on purpose (fabricd/server/store/partitions.py):
+    # no (step, ts) index on points; the chunks' id is a BIGINT, and their indexes serve a
+    # partition's reads by (node, id) and a series' history by (node, ts_min).
+    pg = [
+        ("add_index", "ix_point_chunks_node_ts"),
+        ("add_index", "ix_point_chunks_ts"),
+        ("add_index", "ix_points_step_ts"),
+        ("modify_type", "point_chunks.id"),
+        ("remove_index", "ix_point_chunks_node_id"),
+        ("remove_index", "ix_point_chunks_node_ts"),
+    ]
+    flat = [d for diff in diffs for d in (diff if isinstance(diff, list) else [diff])]
+    found = [(d[0], f"{d[2]}.{d[3]}" if d[0] == "modify_type" else d[1].name) for d in flat]
+    assert sorted(found) == (sorted(pg) if is_partitioned else [])
     assert db.is_ready(store.engine) == (True, f"schema at revision {db.head_revision()}")
 
 
@@ -904,10 +916,10 @@ def test_a_batch_the_database_refuses_by_a_constraint_is_an_error_not_a_duplicat
     batches are stored, and once the database accepts it the same batch id is stored whole."""
     postgres = store.engine.dialect.name == "postgresql"
     add = (
-        "ALTER TABLE points ADD CONSTRAINT points_not_huge CHECK (value < 1e300)"
+        # A batch's points are one chunk (fabricd/server/store/chunks.py): the huge batch is the
+        # one with two points.
+        "ALTER TABLE point_chunks ADD CONSTRAINT points_not_huge CHECK (count < 2)"
         if postgres
-        # SQLite stores a batch's points as one chunk (fabricd/server/store/chunks.py): the huge
-        # batch is the one with two points.
         else "CREATE TRIGGER points_not_huge BEFORE INSERT ON point_chunks WHEN NEW.count >= 2 "
         "BEGIN SELECT RAISE(ABORT, 'chunk too large'); END"
     )
@@ -922,7 +934,7 @@ def test_a_batch_the_database_refuses_by_a_constraint_is_an_error_not_a_duplicat
     assert stored == IngestResult("a", 1, False, 1)
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT node FROM ingested_batches")).scalars().all() == ["n2"]
-    drop = "ALTER TABLE points DROP CONSTRAINT points_not_huge" if postgres else "DROP TRIGGER points_not_huge"
+    drop = "ALTER TABLE point_chunks DROP CONSTRAINT points_not_huge" if postgres else "DROP TRIGGER points_not_huge"
     with store.engine.begin() as conn:
         conn.execute(text(drop))
     assert store.writer.ingest(huge, T0, 3) == IngestResult("a", 2, False, 2)
@@ -1033,11 +1045,11 @@ def test_a_read_that_cuts_a_batch_keeps_the_nodes_whole_plan_and_hands_scrapes_a
             ], (cursor, limit)
 
 
-def test_the_stream_reads_many_points_in_the_drivers_binary_protocol_with_the_same_values(store: Storage) -> None:
+def test_the_stream_reads_points_back_from_their_chunks_with_the_same_values(store: Storage) -> None:
     """The database path of the stream (a loop behind the tail, the correlator's partitions) reads
-    its points with ``Database.fetch``: on PostgreSQL in the binary protocol, where psycopg loads a
-    float8 from its bytes instead of parsing text (0.86 -> 0.34-0.41 µs of client CPU a point). The
-    values are the ones the text protocol gives: floats to the last bit, NULLs, the status text."""
+    a batch's chunk (``chunk_reads.ChunkSQL``): on PostgreSQL its blob comes in the binary
+    protocol, not as hex text twice its size. The values are the ones stored: floats to the last
+    bit, NULLs, the status."""
     samples = [
         ib_sample(T0 + 0.1, rate=1 / 3, value=2.0**53 + 1),
         ib_sample(T0 + 0.1, device="mlx5_1", rate=None, value=-0.0),
@@ -1047,16 +1059,12 @@ def test_the_stream_reads_many_points_in_the_drivers_binary_protocol_with_the_sa
     database = store.stream.db
     binary = None
     with database.cursor() as cur:
-        if database.sql.chunked:  # SQLite: the points packed as doubles in their batch's chunk
-            fetched = chunks.after(cur, 0, 100)
-        else:
-            fetched = database.fetch(cur, database.sql.read_points, (0, 100))
+        fetched = database.sql.chunks.after(cur, 0, 100)
+        if store.engine.dialect.name == "postgresql":
             binary = cur.pgresult.fformat(2)
-            cur.execute(database.sql.read_points, (0, 100))
-            assert [tuple(r) for r in fetched] == [tuple(r) for r in cur.fetchall()]
-    assert [(r[3], r[4], r[5]) for r in fetched] == [
-        (2.0**53, 1 / 3, "ok"),
-        (0.0, None, "first"),
-        (1e308, 5e-324, "ok"),
+    assert [(r[0], r[3], r[4], r[5]) for r in fetched] == [
+        (1, 2.0**53, 1 / 3, "ok"),
+        (2, 0.0, None, "first"),
+        (3, 1e308, 5e-324, "ok"),
     ]
     assert binary == (1 if store.engine.dialect.name == "postgresql" else None)

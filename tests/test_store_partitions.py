@@ -1,22 +1,28 @@
-"""PostgreSQL's points in time partitions (fabricd/server/store/partitions.py), on the real server:
-the migration on an empty and on a populated database, partitions created ahead, retention by
-dropping whole partitions, folding whole partitions, and no point lost at a partition boundary."""
+"""PostgreSQL's raw chunks and folded points in time partitions (fabricd/server/store/partitions.py,
+chunk_fold.py), on the real server: the migrations on an empty and on a populated database,
+partitions created ahead, retention by dropping whole partitions, folding whole partitions, and
+no point lost or misplaced at a partition boundary."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import Connection, Engine, text
 
 from fabricd.model import Kind
 from fabricd.server import db
-from fabricd.server.store import partitions
+from fabricd.server.store import chunk_fold, partitions
 from fabricd.server.store.maintenance import downsample
 from fabricd.server.store.storage import Storage
 from tests.helpers import skip_or_fail
+from tests.support.points import raw_points
 from tests.support.server import ib_sample, make_batch, pg_reachable, pg_schema
 
 pytestmark = pytest.mark.postgres
@@ -38,22 +44,23 @@ def engine() -> Iterator[Engine]:
 
 
 def where(engine: Engine) -> dict[int, str]:
-    """Point id -> the table that holds it."""
+    """Raw point id -> the partition of ``point_chunks`` that holds it."""
     with engine.connect() as conn:
-        return {int(i): str(t) for i, t in conn.execute(text("SELECT id, tableoid::regclass::text FROM points"))}
+        chunks = conn.execute(text("SELECT id, count, tableoid::regclass::text FROM point_chunks")).all()
+    return {i: str(t) for last, count, t in chunks for i in range(last - count + 1, last + 1)}
 
 
-def names(engine: Engine) -> list[str]:
+def names(engine: Engine, parent: partitions.Parent = partitions.CHUNKS) -> list[str]:
     with engine.connect() as conn:
-        return [p.name for p in partitions.partitions(conn)]
+        return [p.name for p in partitions.partitions(conn, parent)]
 
 
 def oids(conn: Connection, tables: list[str]) -> list[int]:
     return [int(conn.execute(text("SELECT CAST(CAST(:t AS regclass) AS oid)"), {"t": t}).scalar() or 0) for t in tables]
 
 
-def starts(*ks: int) -> list[str]:
-    return [partitions.name_of(T0 + k * W) for k in ks]
+def starts(*ks: int, parent: partitions.Parent = partitions.CHUNKS) -> list[str]:
+    return [partitions.name_of(T0 + k * W, parent) for k in ks]
 
 
 def store_points(store: Storage, node: str, times: list[float], batch: str) -> None:
@@ -68,28 +75,34 @@ def test_an_empty_database_gets_the_partitioned_table_its_current_partitions_and
     assert db.prepare(engine) == db.head_revision()
     with engine.connect() as conn:
         assert partitions.is_partitioned(conn)
-        found = partitions.partitions(conn)
-        default = conn.execute(text("SELECT to_regclass('points_default') IS NOT NULL")).scalar()
+        found = [partitions.partitions(conn, parent) for parent in (partitions.POINTS, partitions.CHUNKS)]
+        defaults = conn.execute(
+            text("SELECT to_regclass('points_default') IS NOT NULL, to_regclass('point_chunks_default') IS NOT NULL")
+        ).one()
     first = partitions.aligned(before)
     width = partitions.PARTITION_SECONDS
-    assert [(p.start, p.end) for p in found] == [(first + k * width, first + (k + 1) * width) for k in range(3)]
-    assert default is True
+    for parts in found:
+        assert [(p.start, p.end) for p in parts] == [(first + k * width, first + (k + 1) * width) for k in range(3)]
+    assert tuple(defaults) == (True, True)
 
 
 def test_partitions_are_created_ahead_and_strays_move_into_theirs(engine: Engine) -> None:
     db.prepare(engine)
     store = Storage.open(engine, partition_seconds=W)
-    # Stored before any partition of that time exists: into the default partition.
+    # Stored before any partition of that time exists: into the default partition, a chunk for
+    # each partition's time (the writer cuts a batch at partition boundaries).
     store_points(store, "n1", [T0 + 10.0, T0 + W + 10.0], "early")
-    assert set(where(engine).values()) == {"points_default"}
+    assert where(engine) == {1: "point_chunks_default", 2: "point_chunks_default"}
     store.maintenance.prepare(T0 + 60.0)
     # The current partition and AHEAD more; the strays moved into theirs (T0 + W is one of them).
     assert names(engine)[-3:] == starts(0, 1, 2)
-    assert sorted(where(engine).values()) == starts(0, 1)
+    assert names(engine, partitions.POINTS)[-3:] == starts(0, 1, 2, parent=partitions.POINTS)
+    assert [where(engine)[i] for i in (1, 2)] == starts(0, 1)
     # Time moves on: the next maintenance creates the partitions ahead of the new now, once.
     store.maintenance.prepare(T0 + 2 * W + 5.0)
     store.maintenance.prepare(T0 + 2 * W + 6.0)
     assert names(engine)[-5:] == starts(0, 1, 2, 3, 4)
+    assert names(engine, partitions.POINTS)[-5:] == starts(0, 1, 2, 3, 4, parent=partitions.POINTS)
 
 
 def test_no_point_is_lost_or_misplaced_at_a_partition_boundary(engine: Engine) -> None:
@@ -115,7 +128,7 @@ def test_retention_drops_whole_partitions_and_deletes_no_row(engine: Engine) -> 
     for k in range(4):  # 3 points a partition, T0 .. T0 + 4W
         store_points(store, "n1", [T0 + k * W + 1.0, T0 + k * W + W / 2, T0 + (k + 1) * W - 1.0], f"b{k}")
     with engine.begin() as conn:
-        conn.execute(text("ANALYZE points"))  # the dropped-point count is the planner's estimate
+        conn.execute(text("ANALYZE point_chunks"))  # the dropped-point count is the planner's estimate
     now = T0 + 4 * W
     with engine.connect() as conn:
         kept = oids(conn, starts(2, 3))
@@ -184,18 +197,114 @@ def test_the_migration_partitions_an_existing_database_and_keeps_every_point(eng
             )
         conn.execute(text("INSERT INTO cursors (name, position) VALUES ('detection', 3)"))
         before = conn.execute(text("SELECT id, series_id, ts, value, status FROM points ORDER BY id")).all()
-    assert db.prepare(engine) == db.head_revision()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0010")
+    rows = text("SELECT id, series_id, ts, value, status, tableoid::regclass::text FROM points ORDER BY id")
     with engine.connect() as conn:
-        after = conn.execute(text("SELECT id, series_id, ts, value, status FROM points ORDER BY id")).all()
+        after = conn.execute(rows).all()
         assert partitions.is_partitioned(conn)
-    assert after == before
-    placed = where(engine)
-    assert placed == {
-        1: partitions.name_of(partitions.aligned(times[0])),
-        2: partitions.name_of(partitions.aligned(times[1])),
-        3: "points_default",
+    # 0005: the same rows, each in the partition of its time.
+    assert [tuple(r[:5]) for r in after] == [tuple(r) for r in before]
+    assert [r[5] for r in after] == [
+        partitions.name_of(partitions.aligned(times[0])),
+        partitions.name_of(partitions.aligned(times[1])),
+        "points_default",
+    ]
+    # 0011: the raw rows are chunks, with their ids and values, in the chunk partitions of their time.
+    assert db.prepare(engine) == db.head_revision()
+    assert [(p[0], p[1], p[2], p[3], p[5]) for p in raw_points(engine)] == [tuple(r) for r in before]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM points")).scalar() == 0
+    assert where(engine) == {
+        1: partitions.name_of(partitions.aligned(times[0]), partitions.CHUNKS),
+        2: partitions.name_of(partitions.aligned(times[1]), partitions.CHUNKS),
+        3: "point_chunks_default",
     }
     # The id sequence goes on where it was: the next stored point is point 4.
     store = Storage.open(engine)
     store_points(store, "n1", [now], "after")
     assert max(where(engine)) == 4
+    # Back down to 0010: the chunks are rows of ``points`` again, with their ids and values.
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0010")
+    with engine.connect() as conn:
+        again = conn.execute(text("SELECT id, series_id, ts, value, status, step FROM points ORDER BY id")).all()
+        gone = conn.execute(text("SELECT to_regclass('point_chunks'), to_regproc('fabricd_point_ids')")).one()
+    assert [tuple(r[:5]) for r in again[:3]] == [tuple(r) for r in before] and len(again) == 4
+    assert {r[5] for r in again} == {0.0} and tuple(gone) == (None, None)
+
+
+def test_chunks_stored_while_their_partition_folds_stay_raw_in_its_place(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold reads a partition's chunks up to its newest id, then locks the parent: a chunk
+    committed in between (a backlog late by hours) is neither folded nor lost, but waits raw in
+    the table that takes the partition's place, for the next fold."""
+    db.prepare(engine)
+    store = Storage.open(engine, stream_tail_points=0, partition_seconds=W)
+    store.maintenance.prepare(T0)
+    store.writer.ingest(make_batch("n1", "on-time", [ib_sample(T0 + 10.0 * i) for i in range(6)]), T0, 10)
+    fold_node = chunk_fold._fold_node
+
+    def late_meanwhile(cur: Any, p: partitions.Partition, node: str, hi: int, step: float) -> Any:
+        # another connection's batch, committed now
+        store.writer.ingest(make_batch("n1", "late", [ib_sample(T0 + 100.0)]), T0, 10)
+        return fold_node(cur, p, node, hi, step)
+
+    monkeypatch.setattr(chunk_fold, "_fold_node", late_meanwhile)
+    now = T0 + 3 * W
+    report = store.maintenance.run(now, raw_retention=W, step=60.0, retention=10 * W)
+    monkeypatch.undo()
+    assert (report.downsampled_points, report.buckets_written) == (6, 1)
+    assert where(engine) == {7: starts(0)[0]}
+    [series] = store.inventory.find_series()
+    points = store.inventory.points(series.id, 0, now)
+    assert [(p.ts, p.step) for p in points] == [(T0, 60.0), (T0 + 100.0, 0.0)]
+    again = store.maintenance.run(now, raw_retention=W, step=60.0, retention=10 * W)
+    assert (again.downsampled_points, again.buckets_written) == (1, 1)
+    assert starts(0)[0] not in names(engine) and 7 not in where(engine)
+
+
+def test_replicas_taking_id_blocks_at_once_never_share_an_id(engine: Engine) -> None:
+    """``fabricd_point_ids(n)`` (migration 0011) is ``nextval`` and ``setval`` under an advisory
+    lock: sessions taking blocks at the same time get disjoint, consecutive blocks."""
+    db.prepare(engine)
+    rng = random.Random(7)
+    sizes = [[rng.randint(1, 480) for _ in range(150)] for _ in range(4)]
+
+    def take(mine: list[int]) -> list[range]:
+        with engine.connect() as conn:
+            cur = conn.connection.cursor()
+            blocks = []
+            for n in mine:
+                cur.execute("SELECT fabricd_point_ids(%s), lastval()", (n,))
+                last, lastval = cur.fetchone()
+                assert lastval == last  # the writer reads the batch's last id from lastval()
+                blocks.append(range(last - n + 1, last + 1))
+            conn.commit()
+            return blocks
+
+    with ThreadPoolExecutor(4) as pool:
+        blocks = [b for found in pool.map(take, sizes) for b in found]
+    ids = sorted(i for b in blocks for i in b)
+    assert ids == list(range(1, sum(map(sum, sizes)) + 1))
+
+
+def test_a_replica_of_the_release_before_cannot_store_raw_rows_no_reader_would_see(engine: Engine) -> None:
+    """Mixed-version rollout across migration 0011: a replica still on the release before writes a
+    batch's raw points as rows of ``points`` by ``COPY``. The migrated table refuses them, so that
+    batch fails and its agent keeps it, rather than being stored where no reader looks."""
+    db.prepare(engine)
+    store = Storage.open(engine, partition_seconds=W)
+    store.maintenance.prepare(T0)
+    store.writer.ingest(make_batch("n1", "new", [ib_sample(T0)]), T0, 10)
+    old_copy = "COPY points (series_id, ts, value, rate, status, since) FROM STDIN (FORMAT BINARY)"
+    with engine.connect() as conn:
+        cur = conn.connection.cursor()
+        with pytest.raises(psycopg.errors.CheckViolation, match="points_folded_only"), cur.copy(old_copy) as copy:
+            copy.set_types(["int8", "float8", "float8", "float8", "text", "float8"])
+            copy.write_row((1, T0 + 10.0, 1.0, 1.0, "ok", None))
+        conn.rollback()
+    assert [p[0] for p in raw_points(engine)] == [1]

@@ -9,7 +9,8 @@ keeps a cursor per partition, ``PartitionCursor``, saved as the ``cursors`` rows
 ``detection.p<N>``, and reads each partition's points past its own cursor.
 
 A partition's points are those of its nodes (``nodes`` rows, partitioned by the agents' rule,
-``BusNames.partition``). A node's row commits with its first points, so the node list is read
+``BusNames.partition``), read from their batches' chunks, which carry their node
+(``ChunkSQL.of_nodes``). A node's row commits with its first points, so the node list is read
 again after the points: if it grew, the partition is read again with it (a new node's points
 could otherwise lie below the cursor of a node already known).
 """
@@ -25,15 +26,6 @@ from fabricd.server.store.plans import read_back
 from fabricd.server.store.records import Delivery, Keep
 from fabricd.server.store.sql import Database
 
-_READ = (
-    "SELECT p.id, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
-    "JOIN series s ON s.id = p.series_id WHERE s.node = ANY(%s) AND p.id > %s AND p.id <= %s AND p.step = 0.0 "
-    "ORDER BY p.id LIMIT %s"
-)
-_FIRST_SINCE = (
-    "SELECT min(p.id) FROM points p JOIN series s ON s.id = p.series_id "
-    "WHERE s.node = ANY(%s) AND p.ts >= %s AND p.id <= %s AND p.step = 0.0"
-)
 _NO_END = 2**63 - 1
 
 
@@ -98,8 +90,7 @@ class PartitionedStream:
         nodes, ids = self._nodes(), list(cursor.ids)
         with self.db.cursor() as cur:
             for p, mine in nodes.items():
-                cur.execute(_FIRST_SINCE, (mine.names, since_ts, ids[p]))
-                (first,) = cur.fetchone()
+                first = self.db.sql.chunks.first_since(cur, mine.names, since_ts, ids[p])
                 if first is not None:
                     ids[p] = min(ids[p], int(first) - 1)
         return PartitionCursor(tuple(ids))
@@ -110,7 +101,7 @@ class PartitionedStream:
         if not nodes or after >= end:
             return [], after
         with self.db.cursor() as cur:
-            rows = self.db.fetch(cur, _READ, (nodes, after, end, limit))
+            rows = self.db.sql.chunks.of_nodes(cur, nodes, after, end, limit)
             idents = self.identities.load(cur, {row[1] for row in rows})
         upto = rows[-1][0] if rows else after
         return read_back([row[1:] for row in rows], idents, keep), upto

@@ -1,5 +1,7 @@
-"""Every raw point a database holds, whatever its layout: rows of ``points`` (PostgreSQL) or chunks
-(SQLite, ``fabricd/server/store/chunks.py``), for tests that count or compare what was stored."""
+"""Every raw point a database holds: chunks (``fabricd/server/store/chunks.py``, read through the
+dialect's ``chunk_reads.ChunkSQL``) and, on a database from before the chunks (SQLite before
+migration 0008, PostgreSQL before 0011), rows of ``points``; for tests that count or compare what
+was stored."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from fabricd.server.store import chunks
+from fabricd.server.store import chunks, postgres, sqlite
 
 ALL = 1 << 62
 RawPoint = tuple[
@@ -23,10 +25,11 @@ def raw_points(engine: Engine) -> list[RawPoint]:
 
 def raw_points_of(dbapi: Any) -> list[RawPoint]:
     """The same from a DBAPI connection (sqlite3 or psycopg)."""
+    pg = type(dbapi).__module__.startswith("psycopg")
     cur = dbapi.cursor()
     try:
-        if _has_chunks(dbapi, cur):
-            return [tuple(p) for p in chunks.after(cur, 0, ALL)]
+        if _has_chunks(pg, cur):
+            return [tuple(p) for p in (postgres.CHUNKS if pg else sqlite.CHUNKS).after(cur, 0, ALL)]
         cur.execute("SELECT id, series_id, ts, value, rate, status, since FROM points WHERE step = 0.0 ORDER BY id")
         return [tuple(r) for r in cur.fetchall()]
     finally:
@@ -42,9 +45,10 @@ def raw_points_by_series(dbapi: Any) -> list[tuple[str, str, str, str, str, floa
     return [(*series[p[1]], p[2]) for p in raw_points_of(dbapi)]
 
 
-def _has_chunks(dbapi: Any, cur: Any) -> bool:
-    if type(dbapi).__module__.startswith("psycopg"):
-        return False
+def _has_chunks(pg: bool, cur: Any) -> bool:
+    if pg:
+        cur.execute("SELECT to_regclass(%s)", (chunks.TABLE,))
+        return cur.fetchone()[0] is not None
     cur.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (chunks.TABLE,))
     return cur.fetchone() is not None
 

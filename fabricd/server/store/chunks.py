@@ -1,37 +1,31 @@
-"""Raw points on SQLite: one row per stored batch, its points packed in columns (a chunk).
+"""Raw points: one row per stored batch, its points packed in columns (a chunk).
 
 A row per point cost SQLite about 3 µs a point (a table B-tree entry and two index entries, each
 bound parameter by parameter under the GIL), three quarters of the store stage, and no SQLite
-setting moved it (docs/storage.md, "Raw points in chunks"). A chunk is one row per batch: the
-points' series ids, times, values, rates, statuses and since times as little-endian arrays, 0.7 µs
-a point to pack and insert, as TSDBs keep their samples (Prometheus's blocks, TimescaleDB's
-compressed chunks).
+setting moved it (docs/storage.md, "Raw points in chunks"). On PostgreSQL it cost the server 5.2 µs
+a point (heap, two B-trees, their WAL) against 0.6 for a chunk (docs/storage.md, "PostgreSQL's
+share of a sample"). A chunk is one row per batch: the points' series ids, times, values, rates,
+statuses and since times as little-endian arrays, as TSDBs keep their samples (Prometheus's
+blocks, TimescaleDB's compressed chunks).
 
 The chunk's ``id`` is the id of its last point, the chunk holds ``count`` points with the
 consecutive ids before it: point ids are as before (the detection stream's cursor, the latest
-values' cursor, ``nodes.last_point_id``), and ``last_insert_rowid()`` is still the batch's last
-point id. Ids are given under the write lock, the highest id given so far plus the batch's point
-count, so they follow commit order and never go back, even when maintenance has deleted every
-chunk. Readers: the stream past a cursor (``after``), the latest values' replay (``replay``), a
-series' history (``of_series``) and maintenance (``take_node_before``, ``delete_before``). Folded
+values' cursor, ``nodes.last_point_id``), and the connection's last generated id is still the
+batch's last point id. How each database gives the ids, and the readers: ``chunk_reads.py``.
+This module is the format, and SQLite's fold a node at a time (``take_node_before``,
+``delete_before``); PostgreSQL folds and drops whole time partitions (``chunk_fold.py``). Folded
 points (``step > 0``) stay rows of ``points``: there are few of them.
-
-PostgreSQL keeps a row per point in time partitions (``partitions.py``): ``COPY`` costs its client
-1.3 µs a point and the server does the rest on its own cores.
 """
 
 from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import Collection, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Collection, Sequence
+from typing import Any, cast
 
 from fabricd.model import Status
 from fabricd.server.store.records import PointRow
-
-if TYPE_CHECKING:
-    from fabricd.server.store.sql import PointColumns
 
 TABLE = "point_chunks"
 NAN = float("nan")  # an absent rate or since: the wire refuses non-finite numbers, so NaN is free
@@ -39,22 +33,11 @@ _STATUS = tuple(s.value for s in Status)  # the code of a status is its index
 _CODE = {s: i for i, s in enumerate(_STATUS)}
 _SWAP = sys.byteorder != "little"  # the file is the same on every machine
 
-# ``id``: the last point's id; ``count`` points end there. The next chunk's id is the highest id
-# ever given (``AUTOINCREMENT`` keeps it in ``sqlite_sequence``, migration 0008) plus its count.
-INSERT = (
-    f"INSERT INTO {TABLE} (id, count, node, ts_min, ts_max, points) VALUES ((SELECT coalesce(max(seq), 0) "
-    f"FROM sqlite_sequence WHERE name = '{TABLE}') + ?, ?, ?, ?, ?, ?)"
-)
-MAX_ID = f"SELECT coalesce(max(id), 0) FROM {TABLE}"
-_AFTER = f"SELECT id, count, points, ids FROM {TABLE} WHERE id > ? ORDER BY id"
-_REPLAY = f"SELECT id, count, node, points, ids FROM {TABLE} WHERE id > ? ORDER BY id"
-_OF_NODE = f"SELECT id, count, points, ids FROM {TABLE} WHERE node = ? AND ts_min <= ? AND ts_max >= ? ORDER BY id"
 # Maintenance finds old chunks by their earliest point (``ix_point_chunks_ts``: ts_min, node), a
 # range over the chunks being folded, not over the whole raw retention.
 _NODES_BEFORE = f"SELECT DISTINCT node FROM {TABLE} WHERE ts_min < ?"
 _OF_NODE_BEFORE = f"SELECT id, count, points, ids FROM {TABLE} WHERE node = ? AND ts_min < ?"
 _KEEP_REST = f"UPDATE {TABLE} SET count = ?, ts_min = ?, ts_max = ?, points = ?, ids = ? WHERE id = ?"
-_WHOLLY_BEFORE = "ts_min < ? AND ts_max < ?"
 
 
 def pack(rows: Sequence[PointRow]) -> tuple[bytes, float, float]:
@@ -160,53 +143,6 @@ def _ids(last_id: int, count: int, ids: bytes | None) -> list[int]:
     return column.tolist()
 
 
-class ChunkWriter:
-    """The writer's ``insert_points`` on SQLite: one chunk for a batch's points (under the write
-    lock); ``last_insert_rowid()`` is then the last point's id."""
-
-    def write(self, cur: Any, node: str, rows: Sequence[PointRow], columns: PointColumns | None = None) -> None:
-        blob, ts_min, ts_max = pack(rows) if columns is None else pack_columns(*columns)
-        cur.execute(INSERT, (len(rows), len(rows), node, ts_min, ts_max, blob))
-
-
-def after(cur: Any, cursor: int, limit: int) -> list[tuple[Any, ...]]:
-    """Raw points with ids above ``cursor``, in id order, at most ``limit``: what ``SELECT .. FROM
-    points WHERE id > cursor ORDER BY id LIMIT limit`` answered when points were rows."""
-    out: list[tuple[Any, ...]] = []
-    cur.execute(_AFTER, (cursor,))
-    for last_id, count, blob, ids in cur:  # sqlite3 steps lazily: only the chunks needed are read
-        points = unpack(last_id, count, blob, ids)
-        out.extend(points if ids is None and last_id - count >= cursor else [p for p in points if p[0] > cursor])
-        if len(out) >= limit:
-            del out[limit:]
-            break
-    return out
-
-
-def replay(cur: Any, cursor: int) -> Iterator[tuple[str, list[PointRow]]]:
-    """Raw points with ids above ``cursor``, in id order, as (node, its rows) a chunk at a time:
-    the latest values' replay after a crash."""
-    cur.execute(_REPLAY, (cursor,))
-    for last_id, count, node, blob, ids in cur.fetchall():
-        yield node, [p[1:] for p in unpack(last_id, count, blob, ids) if p[0] > cursor]
-
-
-def of_series(
-    cur: Any, node: str, series_id: int, since: float, until: float
-) -> list[tuple[float, float, float | None, str]]:
-    """The raw points of one series of ``node`` with ``since <= ts <= until``: (ts, value, rate,
-    status), in time order."""
-    cur.execute(_OF_NODE, (node, until, since))
-    found = [
-        (p[2], p[3], p[4], p[5])
-        for last_id, count, blob, ids in cur.fetchall()
-        for p in unpack(last_id, count, blob, ids)
-        if p[1] == series_id and since <= p[2] <= until
-    ]
-    found.sort(key=lambda p: p[0])
-    return found
-
-
 def nodes_before(cur: Any, cutoff: float) -> list[str]:
     """The nodes with a raw point older than ``cutoff``."""
     return [node for (node,) in cur.execute(_NODES_BEFORE, (cutoff,)).fetchall()]
@@ -238,10 +174,11 @@ def take_node_before(cur: Any, node: str, cutoff: float) -> dict[int, list[tuple
     return by_series
 
 
-def delete_before(cur: Any, cutoff: float) -> int:
-    """Deletes the chunks wholly before ``cutoff`` (retention); returns the points they held."""
-    (points,) = cur.execute(
-        f"SELECT coalesce(sum(count), 0) FROM {TABLE} WHERE {_WHOLLY_BEFORE}", (cutoff, cutoff)
-    ).fetchone()
-    cur.execute(f"DELETE FROM {TABLE} WHERE {_WHOLLY_BEFORE}", (cutoff, cutoff))
+def delete_before(cur: Any, cutoff: float, table: str = TABLE, m: str = "?") -> int:
+    """Deletes the chunks of ``table`` wholly before ``cutoff`` (retention; on PostgreSQL the
+    default partition's strays, placeholder ``m``); returns the points they held."""
+    wholly = f"ts_min < {m} AND ts_max < {m}"
+    cur.execute(f"SELECT coalesce(sum(count), 0) FROM {table} WHERE {wholly}", (cutoff, cutoff))
+    (points,) = cur.fetchone()
+    cur.execute(f"DELETE FROM {table} WHERE {wholly}", (cutoff, cutoff))
     return int(points)

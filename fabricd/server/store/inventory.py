@@ -14,7 +14,6 @@ from sqlalchemy import func, or_, select
 
 from fabricd.model import Kind, Reading, Sample, Status
 from fabricd.server import tables as t
-from fabricd.server.store import chunks
 from fabricd.server.store.latest import LatestValues
 from fabricd.server.store.records import (
     CollectorRecord,
@@ -123,14 +122,12 @@ class Inventory:
         )
         with self.db.engine.connect() as conn:
             found = [PointRecord(*row) for row in conn.execute(q)]
-            if not self.db.sql.chunked:
-                return found
             node = conn.execute(select(_S.c.node).where(_S.c.id == series_id)).scalar()
         if node is None:
             return found
-        # SQLite: the table holds the folded points, the raw ones are in their batches' chunks.
+        # The table holds the folded points; the raw ones are in their batches' chunks.
         with self.db.cursor() as cur:
-            raw = [PointRecord(*p, 0.0) for p in chunks.of_series(cur, node, series_id, since, until)]
+            raw = [PointRecord(*p, 0.0) for p in self.db.sql.chunks.of_series(cur, node, series_id, since, until)]
         return sorted(found + raw, key=lambda p: p.ts)[:limit]
 
     def _series_info(self, row: Any, stored: dict[int, PointRow]) -> SeriesInfo:

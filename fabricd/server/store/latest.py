@@ -26,7 +26,7 @@ from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES
 from fabricd.server.store import chunks
 from fabricd.server.store.identities import Identities, Identity
-from fabricd.server.store.latest_table import by_node, groups_of, newer_stored, newest, stored_rows
+from fabricd.server.store.latest_table import groups_of, newer_stored, newest, stored_rows
 from fabricd.server.store.records import Committed, PointRow
 from fabricd.server.store.sql import LATEST_CURSOR, Database
 
@@ -218,12 +218,7 @@ class _Latest:
         for node, group in stored_rows(cur, db, None):
             self.apply(node, group, dirty=False)
         # Stored after the last flush: a crash, or a kill -9.
-        if db.sql.chunked:
-            replayed = chunks.replay(cur, upto)
-        else:
-            cur.execute(db.sql.replay_latest, (upto,))
-            replayed = by_node(cur)
-        for node, group in replayed:
+        for node, group in db.sql.chunks.replay(cur, upto):
             self.apply(node, group)
         self.flushed_upto = upto
         self.loaded = True

@@ -1,10 +1,10 @@
 """Maintenance: fold old raw points into buckets, delete past retention (Core).
 
-Set-based statements over ``points`` and ``ingested_batches``: SQLAlchemy Core, no entities.
-``downsample`` is the pure fold, shared with ``/api/v1/series?step=``. On PostgreSQL the points
-are in time partitions (``partitions.py``): whole partitions are created ahead, folded and
-dropped, and only the default partition's strays go through the per-series path. On SQLite the raw
-points are chunks (``chunks.py``), folded a node at a time into rows of ``points``.
+Raw points are chunks (``chunks.py``), folded into rows of ``points``. ``downsample`` is the pure
+fold, shared with ``/api/v1/series?step=``. On PostgreSQL both tables are in time partitions
+(``partitions.py``): whole partitions are created ahead, folded (``chunk_fold.py``) and dropped;
+only the default partitions' strays past retention are deleted row by row. On SQLite the chunks
+are folded a node at a time.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import MetaData, Table, delete, insert, select
+from sqlalchemy import MetaData, delete
 
 from fabricd.model import Kind
 from fabricd.server import tables as t
-from fabricd.server.store import chunks, partitions
+from fabricd.server.store import chunk_fold, chunks, partitions
 from fabricd.server.store.records import MaintenanceReport
 from fabricd.server.store.sql import Database
 
-_P, _S, _B = (t.Base.metadata.tables[name] for name in ("points", "series", "ingested_batches"))
-# PostgreSQL's points outside every time partition: the per-series path runs on these only.
+_P, _B = (t.Base.metadata.tables[name] for name in ("points", "ingested_batches"))
+# PostgreSQL's folded points outside every time partition: retention deletes these row by row.
 _STRAYS = _P.to_metadata(MetaData(), name=partitions.DEFAULT)
 RawPoint = tuple[float, float, float | None, str]  # ts, value, rate, status
 _INSERT_FOLDED = "INSERT INTO points (series_id, ts, value, rate, status, step) VALUES (?, ?, ?, ?, ?, ?)"
@@ -40,23 +40,18 @@ class Maintenance:
         lies wholly before the cutoff, so raw points stay up to ``PARTITION_SECONDS`` longer.
         """
         cutoff = (now - raw_retention) // step * step
-        folded = written = dropped = 0
-        points = _P
         if self.partitioned:
             folded, written, dropped = self._partitions(now, cutoff, step, retention)
-            points = _STRAYS
-        if self.db.sql.chunked:  # SQLite: every raw point is in a chunk, none is a row of points
-            folded, written = self._fold_chunks(cutoff, step)
+            points, raw = _STRAYS, partitions.CHUNKS_DEFAULT
         else:
-            for sid, kind in self._series_with_raw_before(points, cutoff):
-                n, w = self._downsample_series(points, sid, kind, cutoff, step)
-                folded, written = folded + n, written + w
+            (folded, written), dropped = self._fold_chunks(cutoff, step), 0
+            points, raw = _P, chunks.TABLE
         with self.db.write_lock, self.db.engine.begin() as conn:
             dp = conn.execute(delete(points).where(points.c.ts < now - retention)).rowcount
             db = conn.execute(delete(_B).where(_B.c.received_ts < now - retention)).rowcount
-        if self.db.sql.chunked:  # raw chunks never folded (none, unless folding failed for days)
-            with self.db.write_lock, self.db.cursor(transaction=True) as cur:
-                dropped += chunks.delete_before(cur, now - retention)
+        # Raw chunks never folded: strays outside every partition, or folding failed for days.
+        with self.db.write_lock, self.db.cursor(transaction=True) as cur:
+            dropped += chunks.delete_before(cur, now - retention, raw, self.db.sql.mark)
         return MaintenanceReport(folded, written, int(dp or 0) + dropped, int(db or 0))
 
     def _fold_chunks(self, cutoff: float, step: float) -> tuple[int, int]:
@@ -85,42 +80,19 @@ class Maintenance:
                 partitions.ensure(conn, now, self.partition_seconds)
 
     def _partitions(self, now: float, cutoff: float, step: float, retention: float) -> tuple[int, int, int]:
-        """Create ahead, fold the partitions wholly before ``cutoff``, drop those wholly past
+        """Create ahead, fold the chunk partitions wholly before ``cutoff``, drop those wholly past
         retention: (raw points folded, buckets written, points dropped). One transaction each."""
         self.prepare(now)
         folded = written = 0
         with self.db.engine.connect() as conn:
-            due = [p for p in partitions.partitions(conn) if p.end <= cutoff and p.end > now - retention]
+            due = [p for p in partitions.partitions(conn, partitions.CHUNKS) if now - retention < p.end <= cutoff]
         for p in due:
             with self.db.engine.begin() as conn:
-                n, w = partitions.fold(conn, p, step)
+                n, w = chunk_fold.fold(conn, p, step)
             folded, written = folded + n, written + w
         with self.db.engine.begin() as conn:
             _gone, dropped = partitions.drop_before(conn, now - retention)
         return folded, written, dropped
-
-    def _series_with_raw_before(self, points: Table, cutoff: float) -> list[tuple[int, str]]:
-        q = (
-            select(points.c.series_id, _S.c.kind)
-            .join(_S, _S.c.id == points.c.series_id)
-            .where(points.c.step == 0.0, points.c.ts < cutoff)
-            .distinct()
-        )
-        with self.db.engine.connect() as conn:
-            return [(int(a), str(b)) for a, b in conn.execute(q)]
-
-    def _downsample_series(self, points: Table, sid: int, kind: str, cutoff: float, step: float) -> tuple[int, int]:
-        raw_of_series = (points.c.series_id == sid, points.c.step == 0.0, points.c.ts < cutoff)
-        with self.db.write_lock, self.db.engine.begin() as conn:
-            q = select(points.c.ts, points.c.value, points.c.rate, points.c.status)
-            rows = conn.execute(q.where(*raw_of_series).order_by(points.c.ts))
-            raw = [(ts, value, rate, status) for ts, value, rate, status in rows]
-            buckets = downsample(raw, step, counter=kind == Kind.COUNTER.value)
-            conn.execute(delete(points).where(*raw_of_series))
-            if buckets:
-                # Into the parent: a bucket's time may fall in a partition by now.
-                conn.execute(insert(_P), [{"series_id": sid, "step": step, "since": None, **b} for b in buckets])
-            return len(raw), len(buckets)
 
 
 def downsample(raw: Sequence[RawPoint], step: float, counter: bool) -> list[dict[str, Any]]:

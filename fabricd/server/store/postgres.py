@@ -1,10 +1,15 @@
 """PostgreSQL's side of the raw statements (psycopg 3, ``%s`` placeholders).
 
-Points go in by ``COPY`` in binary (``CopyRows``) into the time-partitioned ``points``
-(``partitions.py``), which routes each row to its partition; new series in one statement with
-one array parameter per column (``ArrayRows``). The writer needs only the batch's last point id
-after the copy (``lastval()``: ``COPY`` fills ``id`` from the sequence's default in this session).
-Measured against ``executemany`` and ``unnest(arrays)``: docs/storage.md, "Bulk path".
+Raw points go in chunks, one row per batch (``chunks.py``), into ``point_chunks``, partitioned on
+``ts_min`` (``partitions.py``, migration 0011); new series in one statement with one array
+parameter per column (``ArrayRows``).
+
+A chunk's points take ``count`` consecutive ids of ``points_id_seq``, which every replica shares:
+``fabricd_point_ids(n)`` (migration 0011) takes ``nextval`` and moves the sequence ``n - 1`` on,
+under a session advisory lock held for those two calls only, not to commit. Ids then follow commit
+order per partition of the bus (one writer each), which is what the correlator's partition stream
+relies on, and a single central's write lock orders them all. ``setval`` sets the session's
+``lastval()``, so the node's update still reads the batch's last point id from it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fabricd.server.store.chunk_reads import ChunkSQL
+from fabricd.server.store.chunks import TABLE
 from fabricd.server.store.sql import (
     CLAIM_BATCH,
     LATEST_ROWS,
@@ -19,7 +26,6 @@ from fabricd.server.store.sql import (
     SERIES_CONFLICT,
     SERIES_RETURNING,
     UPSERT_NODE,
-    PointColumns,
     statements,
 )
 
@@ -55,27 +61,6 @@ class ReturnedSeries:
         return [made.get((src, dev, port, ctr, labels)) for _node, src, dev, port, ctr, labels, *_ in rows]
 
 
-class CopyRows:
-    """``COPY .. FROM STDIN (FORMAT BINARY)``, one row at a time through psycopg's C writer.
-
-    Binary needs the column types up front (``set_types``) and then formats nothing: 1.2-1.4 µs of
-    client CPU a point against 3.7 for ``unnest(arrays)`` and 17 for ``executemany``, and the server
-    skips parsing an INSERT's plan (docs/storage.md)."""
-
-    def __init__(self, sql: str, types: Sequence[str]) -> None:
-        self.sql, self.types = sql, list(types)
-
-    def write(self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]], columns: PointColumns | None = None) -> None:
-        """``node`` is not a column: each row's series says it. ``COPY`` takes rows."""
-        if not rows:
-            return
-        with cur.copy(self.sql) as copy:
-            copy.set_types(self.types)
-            write = copy.write_row
-            for row in rows:
-                write(row)
-
-
 def _series_identity(ids: list[int]) -> tuple[str, Sequence[Any]]:
     # One array parameter: psycopg re-parses long query texts, and the text stays constant.
     return "SELECT id, node, source, device, port, counter, name, unit, kind, labels FROM series WHERE id = ANY(%s)", (
@@ -91,13 +76,18 @@ def _latest_of(nodes: Sequence[str] | None, lock: bool) -> tuple[str, Sequence[A
     return (f"{sql} ORDER BY node FOR UPDATE" if lock else sql), params
 
 
+# ``%b``: the blob goes as binary bytea, not as hex text twice its size.
+CHUNKS = ChunkSQL(
+    "%s",
+    f"INSERT INTO {TABLE} (id, count, node, ts_min, ts_max, points) VALUES (fabricd_point_ids(%s), %s, %s, %s, %s, %b)",
+    binary=True,
+    take_ids="SELECT fabricd_point_ids(%s)",
+    insert_at=f"INSERT INTO {TABLE} (id, count, node, ts_min, ts_max, points) VALUES (%s, %s, %s, %s, %s, %b)",
+)
+
 STATEMENTS = statements(
     "%s",
-    # step is left to its default (0: raw); the columns of records.PointRow, in order.
-    insert_points=CopyRows(
-        "COPY points (series_id, ts, value, rate, status, since) FROM STDIN (FORMAT BINARY)",
-        ["int8", "float8", "float8", "float8", "text", "float8"],
-    ),
+    chunks=CHUNKS,
     insert_series=ReturnedSeries(
         ArrayRows(
             f"INSERT INTO series ({SERIES_COLUMNS}) SELECT * FROM unnest({', '.join(['%b::text[]'] * 9)}) "
@@ -105,12 +95,12 @@ STATEMENTS = statements(
         )
     ),
     latest_of=_latest_of,
-    chunked=False,
-    max_point_id="SELECT max(id) FROM points",
+    # Folded points keep their bucket's newest raw id (``chunk_fold.py``): the head never goes back
+    # when a folded partition's chunks are dropped.
+    max_point_id=f"SELECT greatest((SELECT max(id) FROM {TABLE}), (SELECT max(id) FROM points))",
     last_point_id="lastval()",
     claim_and_upsert_node=f"WITH claimed AS ({CLAIM_BATCH.format(m='%s')} RETURNING 1) "
     f"{UPSERT_NODE.format(rows='SELECT %s, %s, %s, %s, %s, 1, %s WHERE EXISTS (SELECT 1 FROM claimed)')}",
     series_identity=_series_identity,
     serial_writes=False,
-    binary_reads=True,
 )

@@ -13,9 +13,12 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Engine
+
+if TYPE_CHECKING:
+    from fabricd.server.store.chunk_reads import ChunkSQL
 
 LATEST_CURSOR = "latest"  # cursors row: every raw point up to here has its latest value in the table
 # The durable copy of the latest values: a row per node, its series' newest points packed as a chunk
@@ -36,16 +39,6 @@ class SeriesWriter(Protocol):
     def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[int | None]: ...
 
 
-class PointWriter(Protocol):
-    """Stores one batch's raw points (``records.PointRow``) of ``node``; ``columns``, when given,
-    are the same points as the rows' columns (``batchrows.point_columns``), for a writer that
-    stores columns."""
-
-    def write(
-        self, cur: Any, node: str, rows: Sequence[tuple[Any, ...]], columns: PointColumns | None = None
-    ) -> None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Statements:
     """Every raw statement of ingest, the stream and the latest values, in one dialect.
@@ -64,13 +57,9 @@ class Statements:
     upsert_health: str
     insert_series: SeriesWriter  # one statement for a node's new series (its first scrape: 480 rows)
     node_series: str
-    insert_points: PointWriter
-    # Raw points are chunks, one row per batch (SQLite, ``chunks.py``), or a row each (PostgreSQL):
-    # the readers of raw points (the stream, the latest values' replay, a series' history,
-    # maintenance) read ``chunks`` when set, ``read_points`` and ``replay_latest`` else.
-    chunked: bool
+    # Raw points are chunks, one row per batch (``chunks.py``): written and read through these.
+    chunks: ChunkSQL
     max_point_id: str
-    read_points: str
     series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]]  # ids -> (sql, parameters)
     read_cursor: str
     upsert_cursor: str
@@ -78,21 +67,16 @@ class Statements:
     latest_of: Callable[[Sequence[str] | None, bool], tuple[str, Sequence[Any]]]
     write_latest: str
     table_latest: str  # the series rows' latest_* columns, written by releases before migration 0009
-    replay_latest: str
     # SQLite has one writer: a write beside ingest (latest values, a reader's cursor) takes the write
     # lock; PostgreSQL runs it beside ingest.
     serial_writes: bool
-    # Reads of many points in the binary protocol (``Database.fetch``): psycopg then loads a float8
-    # from its 8 bytes instead of parsing its text, 0.86 -> 0.34-0.41 µs of client CPU a point read.
-    binary_reads: bool = False
     mark: str = "?"  # the driver's placeholder, for the few statements built per call
 
 
 def statements(
     m: str,
     *,
-    insert_points: PointWriter,
-    chunked: bool,
+    chunks: ChunkSQL,
     max_point_id: str,
     insert_series: SeriesWriter,
     latest_of: Callable[[Sequence[str] | None, bool], tuple[str, Sequence[Any]]],
@@ -100,7 +84,6 @@ def statements(
     claim_and_upsert_node: str | None,
     series_identity: Callable[[list[int]], tuple[str, Sequence[Any]]],
     serial_writes: bool,
-    binary_reads: bool = False,
 ) -> Statements:
     """The common statement texts with placeholder ``m``, plus the dialect's own parts."""
 
@@ -119,11 +102,8 @@ def statements(
         "error = excluded.error, readings = excluded.readings",
         insert_series=insert_series,
         node_series=f"SELECT id, source, device, port, counter, labels FROM series WHERE node = {m}",
-        insert_points=insert_points,
-        chunked=chunked,
+        chunks=chunks,
         max_point_id=max_point_id,
-        read_points=f"SELECT id, series_id, ts, value, rate, status, since FROM points WHERE id > {m} "
-        f"AND step = 0.0 ORDER BY id LIMIT {m}",
         series_identity=series_identity,
         read_cursor=f"SELECT position FROM cursors WHERE name = {m}",
         upsert_cursor=f"INSERT INTO cursors (name, position) VALUES ({m}, {m}) "
@@ -133,10 +113,7 @@ def statements(
         "ON CONFLICT (node) DO UPDATE SET count = excluded.count, points = excluded.points",
         table_latest="SELECT node, id, latest_ts, latest_value, latest_rate, latest_status, latest_since "
         "FROM series WHERE latest_ts IS NOT NULL AND latest_value IS NOT NULL",
-        replay_latest="SELECT s.node, p.series_id, p.ts, p.value, p.rate, p.status, p.since FROM points p "
-        f"JOIN series s ON s.id = p.series_id WHERE p.id > {m} AND p.step = 0.0 ORDER BY p.id",
         serial_writes=serial_writes,
-        binary_reads=binary_reads,
         mark=m,
     )
 
@@ -203,16 +180,6 @@ class Database:
                 yield cur
             finally:
                 cur.close()
-
-    def fetch(self, cur: Any, statement: str, params: Sequence[Any]) -> list[Any]:
-        """Every row of a read of many rows (the stream's points), in the binary protocol where the
-        driver has one (``Statements.binary_reads``): the same Python values either way."""
-        if self.sql.binary_reads:
-            cur.execute(statement, params, binary=True)
-        else:
-            cur.execute(statement, params)
-        rows: list[Any] = cur.fetchall()
-        return rows
 
     def side_write_lock(self) -> contextlib.AbstractContextManager[Any]:
         """What a write beside ingest (latest values, a reader's cursor) holds: the write lock where

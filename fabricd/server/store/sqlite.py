@@ -1,8 +1,9 @@
 """SQLite's side of the raw statements (sqlite3, ``?`` placeholders).
 
-Raw points go in chunks, one row per batch (``chunks.py``); new series in multi-row ``VALUES``
-statements (``ManyRows``), numbered by the writer (``NumberedSeries``). The last point id of a batch
-is the connection's ``last_insert_rowid()``, returned by the node's update.
+Raw points go in chunks, one row per batch (``chunks.py``, ids from ``sqlite_sequence``); new
+series in multi-row ``VALUES`` statements (``ManyRows``), numbered by the writer
+(``NumberedSeries``). The last point id of a batch is the connection's ``last_insert_rowid()``,
+returned by the node's update.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fabricd.server.store import chunks
+from fabricd.server.store.chunk_reads import ChunkSQL
+from fabricd.server.store.chunks import TABLE
 from fabricd.server.store.sql import LATEST_ROWS, SERIES_COLUMNS, SERIES_CONFLICT, statements
 
 
@@ -90,13 +92,21 @@ def _latest_of(nodes: Sequence[str] | None, _lock: bool) -> tuple[str, Sequence[
     return f"{LATEST_ROWS} WHERE node IN ({', '.join('?' * len(nodes))})", list(nodes)
 
 
+# A chunk's ``id`` is the highest id ever given (``AUTOINCREMENT`` keeps it in ``sqlite_sequence``,
+# migration 0008) plus its point count: given under the write lock, so in commit order, and never
+# going back when maintenance has deleted every chunk.
+_INSERT_CHUNK = (
+    f"INSERT INTO {TABLE} (id, count, node, ts_min, ts_max, points) VALUES ((SELECT coalesce(max(seq), 0) "
+    f"FROM sqlite_sequence WHERE name = '{TABLE}') + ?, ?, ?, ?, ?, ?)"
+)
+CHUNKS = ChunkSQL("?", _INSERT_CHUNK)
+
 _IDENTITY = "SELECT id, node, source, device, port, counter, name, unit, kind, labels FROM series WHERE id {ids}"
 
 STATEMENTS = statements(
     "?",
-    insert_points=chunks.ChunkWriter(),
-    chunked=True,
-    max_point_id=chunks.MAX_ID,
+    chunks=CHUNKS,
+    max_point_id=f"SELECT coalesce(max(id), 0) FROM {TABLE}",
     insert_series=NumberedSeries(
         ManyRows(
             f"INSERT INTO series (id, {SERIES_COLUMNS}) VALUES {{values}} {SERIES_CONFLICT}",

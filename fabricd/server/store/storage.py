@@ -49,7 +49,7 @@ class Storage:
         identities = Identities(db)
         latest = LatestValues(db, identities)
         stream = Stream(db, identities, stream_tail_points)
-        writer = GroupCommitWriter(db)
+        writer = GroupCommitWriter(db, partition_seconds if engine.dialect.name == "postgresql" else None)
         # the engine disposed (the service's shutdown, a test's end): the writer's connection too
         event.listen(engine, "engine_disposed", lambda _engine: writer.held.release(invalidate=True))
         writer.subscribe(identities)  # first: the readers below find a new series' identity

@@ -20,7 +20,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from fabricd.server.store import chunks
 from fabricd.server.store.identities import Identities, Identity
 from fabricd.server.store.plans import Chunk, deliveries, planned, read_back
 from fabricd.server.store.records import Committed, Delivery, Keep
@@ -57,10 +56,7 @@ class Stream:
 
     def _read_database(self, cursor: int, limit: int, keep: Keep | None) -> tuple[list[Delivery], int]:
         with self.db.cursor() as cur:
-            if self.db.sql.chunked:
-                found = chunks.after(cur, cursor, limit)
-            else:
-                found = self.db.fetch(cur, self.db.sql.read_points, (cursor, limit))
+            found = self.db.sql.chunks.after(cur, cursor, limit)
             idents = self.identities.load(cur, {row[1] for row in found})
         upto = found[-1][0] if found else cursor
         return read_back([row[1:] for row in found], idents, keep), upto

@@ -39,8 +39,9 @@ log = logging.getLogger("fabricd.server.store")
 class GroupCommitWriter:
     """Stores batches; one writer per process and database (see ``Database.write_lock``)."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, db: Database, partition_seconds: float | None = None) -> None:
+        """``partition_seconds``: the width of PostgreSQL's time partitions, which no chunk spans."""
+        self.db, self.partition_seconds = db, partition_seconds
         self._queue_lock = threading.Lock()
         self._queue: list[_Job] = []  # batches waiting for the next group commit
         self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
@@ -189,7 +190,7 @@ class GroupCommitWriter:
         if batch.samples:
             resolved = cast(list[int], sids)  # every series resolved above
             rows = point_rows(batch.samples, resolved)
-            sql.insert_points.write(cur, batch.node, rows, point_columns(batch.samples, resolved))
+            sql.chunks.write(cur, batch.node, rows, point_columns(batch.samples, resolved), self.partition_seconds)
             job.sids = tuple(resolved)
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
