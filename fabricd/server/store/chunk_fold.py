@@ -16,6 +16,7 @@ dropped: no chunk is deleted one by one.
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
 from sqlalchemy import Connection
@@ -63,16 +64,16 @@ def fold(conn: Connection, p: Partition, step: float) -> tuple[int, int]:
     hi = conn.exec_driver_sql(f"SELECT max(id) FROM {p.name}").scalar()
     if hi is None:
         return 0, 0
-    cur = conn.connection.cursor()
     nodes = [n for (n,) in conn.exec_driver_sql(f"SELECT DISTINCT node FROM {p.name}")]
     raw = written = 0
-    for node in nodes:
-        n, rows = _fold_node(cur, p, node, int(hi), step)
-        with cur.copy(_COPY) as copy:
-            copy.set_types(_TYPES)
-            for row in rows:
-                copy.write_row(row)
-        raw, written = raw + n, written + len(rows)
+    with closing(conn.connection.cursor()) as cur:  # psycopg's, in this transaction: binary reads, COPY
+        for node in nodes:
+            n, rows = _fold_node(cur, p, node, int(hi), step)
+            with cur.copy(_COPY) as copy:
+                copy.set_types(_TYPES)
+                for row in rows:
+                    copy.write_row(row)
+            raw, written = raw + n, written + len(rows)
     _replace(conn, p, int(hi))
     return raw, written
 
