@@ -89,9 +89,7 @@ def _fold_node(cur: Any, p: Partition, node: str, hi: int, step: float) -> tuple
         cur.execute(read, (node, after, hi), binary=True)
         page = cur.fetchall()
         for last_id, count, blob, ids in page:
-            for pid, sid, ts, value, rate, status, _since in chunks.unpack(
-                last_id, count, bytes(blob), ids and bytes(ids)
-            ):
+            for pid, sid, ts, value, rate, status, _since in chunks.unpack_stored(last_id, count, blob, ids):
                 key = (sid, max(ts // step * step, p.start))
                 bucket = buckets.get(key)
                 if bucket is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from fabricd.server.store.chunks import TABLE, pack, pack_columns, unpack
+from fabricd.server.store.chunks import TABLE, pack, pack_columns, unpack_stored
 from fabricd.server.store.records import PointRow
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class ChunkSQL:
         while len(out) < limit:
             found = self._fetch(cur, sql, (*params, cursor))
             for last_id, count, blob, ids in found:
-                points = unpack(last_id, count, bytes(blob), ids and bytes(ids))
+                points = unpack_stored(last_id, count, blob, ids)
                 out.extend(
                     points if ids is None and last_id - count >= cursor else [p for p in points if p[0] > cursor]
                 )
@@ -102,8 +102,7 @@ class ChunkSQL:
             f"AND id - count < {self.m} ORDER BY id LIMIT {PAGE}"
         )
         for last_id, count, blob, ids in self._fetch(cur, sql, (nodes, since_ts, upto)):
-            found = [p[0] for p in unpack(last_id, count, bytes(blob), ids and bytes(ids)) if p[2] >= since_ts]
-            found = [i for i in found if i <= upto]
+            found = [p[0] for p in unpack_stored(last_id, count, blob, ids) if p[2] >= since_ts and p[0] <= upto]
             if found:
                 return min(found)
         return None
@@ -113,7 +112,7 @@ class ChunkSQL:
         the latest values' replay after a crash."""
         sql = f"SELECT id, count, node, points, ids FROM {TABLE} WHERE id > {self.m} ORDER BY id"
         for last_id, count, node, blob, ids in self._fetch(cur, sql, (cursor,)):
-            yield node, [p[1:] for p in unpack(last_id, count, bytes(blob), ids and bytes(ids)) if p[0] > cursor]
+            yield node, [p[1:] for p in unpack_stored(last_id, count, blob, ids) if p[0] > cursor]
 
     def of_series(
         self, cur: Any, node: str, series_id: int, since: float, until: float
@@ -125,7 +124,7 @@ class ChunkSQL:
         found = [
             (p[2], p[3], p[4], p[5])
             for last_id, count, blob, ids in self._fetch(cur, sql, (node, until, since))
-            for p in unpack(last_id, count, bytes(blob), ids and bytes(ids))
+            for p in unpack_stored(last_id, count, blob, ids)
             if p[1] == series_id and since <= p[2] <= until
         ]
         found.sort(key=lambda p: p[0])

@@ -96,6 +96,13 @@ def unpack(
     return [(i, sid, t, v, None if r != r else r, s, None if c != c else c) for i, sid, t, v, r, s, c in columns]
 
 
+def unpack_stored(
+    last_id: int, count: int, blob: Any, ids: Any
+) -> list[tuple[int, int, float, float, float | None, str, float | None]]:
+    """``unpack`` of a chunk row as a driver returns it (its blobs as bytes, or a buffer)."""
+    return unpack(last_id, count, bytes(blob), None if ids is None else bytes(ids))
+
+
 def rows(blob: bytes, count: int, where: object = "", keep: Collection[int] | None = None) -> list[PointRow]:
     """The packed rows themselves: (series id, ts, value, rate, status, since), only those of the
     series ids in ``keep`` if given (the columns are decoded in C; a row costs a tuple). ``where``
