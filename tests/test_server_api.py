@@ -517,12 +517,15 @@ async def test_latest_values_are_written_every_interval_and_at_shutdown(db_url: 
     async with running(app) as client:
         api = Api(client, app)
         assert (await api.ingest("node-a", "b1", port_samples(now, 2e9, 1e9))).status_code == 200
+        flushed = "\nfabricd_store_latest_flushed_series_total 6.0\n"
         for _ in range(400):  # 20 s: the flush loop runs every 0.2 s, even on a loaded CI machine
-            if api.store.latest.unflushed() == 0:
+            # The counter moves on the event loop once the flush's thread has returned; the
+            # gauge reads 0 only after every taken series is written (not when they are taken).
+            if flushed in (await client.get("/metrics")).text:
                 break
             await asyncio.sleep(0.05)
+        assert flushed in (await client.get("/metrics")).text
         assert api.store.latest.unflushed() == 0
-        assert "fabricd_store_latest_flushed_series_total 6.0" in (await client.get("/metrics")).text
     app = create_app(settings_for(db_url, tmp_path, latest_flush_seconds=3600))  # only the shutdown writes
     async with running(app) as client:
         api = Api(client, app)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -256,6 +258,28 @@ def test_a_crash_between_flushes_loses_no_latest_value(store: Storage) -> None:
     again = Storage.open(store.engine)
     assert [(n, s.ts, s.rate) for n, s in again.latest.values()] == [(n, ts, r) for n, _d, ts, r in got]
     assert again.latest.unflushed() == 0
+
+
+def test_series_a_flush_is_writing_count_as_unflushed_until_written(
+    store: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gauge read while a flush writes (seconds on a large fleet) still counts the series
+    it took, and one changed again meanwhile once; after the write only that one is left."""
+    store.writer.ingest(make_batch("n1", "a", [ib_sample(T0, rate=5.0), ib_sample(T0, device="mlx5_1")]), T0, 100)
+    seen: list[int] = []
+    real = store.latest._chunk_cursor
+
+    @contextlib.contextmanager
+    def observed() -> Iterator[Any]:
+        seen.append(store.latest.unflushed())
+        store.writer.ingest(make_batch("n1", "b", [ib_sample(T0 + 10, rate=6.0)]), T0 + 10, 100)
+        seen.append(store.latest.unflushed())
+        with real() as cur:
+            yield cur
+
+    monkeypatch.setattr(store.latest, "_chunk_cursor", observed)
+    assert store.latest.flush() == 2
+    assert seen == [2, 2] and store.latest.unflushed() == 1
 
 
 def test_a_failed_flush_keeps_the_values_for_the_next_one(store: Storage, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -146,6 +146,7 @@ class LatestValues:
             self._mem.restore_dirty(dirty)  # written groups are written again next time: harmless
             raise
         self._mem.flushed_upto = upto
+        self._mem.written()
         return sum(len(sids) for sids in dirty.values())
 
     def _merged(self, cur: Any, names: list[str]) -> list[tuple[str, int, bytes]]:
@@ -194,6 +195,7 @@ class _Latest:
         self._lock = threading.Lock()
         self._by_node: dict[str, dict[int, PointRow]] = {}
         self._dirty: dict[str, set[int]] = {}  # series changed since the last flush, by node
+        self._writing: dict[str, set[int]] = {}  # taken by the flush under way, not yet written
         self.loaded = False
         self.flushed_upto = 0  # the point id cursor as of the last flush or load
 
@@ -263,16 +265,28 @@ class _Latest:
     def take_dirty(self) -> dict[str, set[int]]:
         with self._lock:
             dirty, self._dirty = self._dirty, {}
+            self._writing = dirty
             return dirty
+
+    def written(self) -> None:
+        """The flush that took the dirty series has written them all."""
+        with self._lock:
+            self._writing = {}
 
     def restore_dirty(self, dirty: dict[str, set[int]]) -> None:
         with self._lock:
             for node, sids in dirty.items():
                 self._dirty.setdefault(node, set()).update(sids)
+            self._writing = {}
 
     def pending(self) -> int:
+        """Changed series not yet in the table: those a flush under way is writing count until
+        it has written them, so the gauge never reads 0 while they are still only in memory."""
         with self._lock:
-            return sum(len(sids) for sids in self._dirty.values())
+            if not self._writing:
+                return sum(len(sids) for sids in self._dirty.values())
+            nodes = self._dirty.keys() | self._writing.keys()
+            return sum(len(self._dirty.get(n, set()) | self._writing.get(n, set())) for n in nodes)
 
 
 def _in_order(rows: Iterable[PointRow], fresh_since: float | None) -> list[PointRow]:
