@@ -6,9 +6,9 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
