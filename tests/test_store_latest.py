@@ -17,6 +17,7 @@ from fabricd.server import db
 from fabricd.server.replica_latest import ReplicaLatest
 from fabricd.server.store import latest as latest_module
 from fabricd.server.store.inventory import Inventory
+from fabricd.server.store.latest_memory import LatestMemory
 from fabricd.server.store.storage import Storage
 from tests.helpers import skip_or_fail
 from tests.support.points import written_latest
@@ -190,3 +191,32 @@ def test_sqlite_packs_before_the_write_lock_and_flushes_run_one_at_a_time(
             engine.dispose()
     assert waited and not first.is_alive() and not second.is_alive()
     assert written == [(T0 + 10, 2.0)]
+
+
+def test_memory_keeps_the_newest_point_whether_a_batch_is_one_scrape_or_a_backlog() -> None:
+    """``LatestMemory.apply`` takes one scrape at or after a node's newest value whole (its fast
+    path); anything else row by row. Either way a series keeps its newest point, the later one on
+    a tie, and only series whose value changed are left to flush."""
+    mem = LatestMemory()
+
+    def row(sid: int, ts: float, value: float) -> tuple[int, float, float, None, str, None]:
+        return (sid, ts, value, None, "ok", None)
+
+    def held(node: str) -> dict[int, tuple[float, float]]:
+        return {r[0]: (r[1], r[2]) for r in mem.rows(node, None)}
+
+    mem.apply("n1", [row(1, T0, 1.0), row(2, T0, 2.0), row(1, T0, 3.0)])  # one scrape: the later wins a tie
+    assert held("n1") == {1: (T0, 3.0), 2: (T0, 2.0)} and mem.pending() == 2
+    mem.take_dirty()
+    mem.written()
+    mem.apply("n1", [row(1, T0 - 10, 9.0), row(3, T0 - 10, 9.0)])  # an older scrape (a spooled one)
+    assert held("n1") == {1: (T0, 3.0), 2: (T0, 2.0), 3: (T0 - 10, 9.0)} and mem.pending() == 1
+    mem.apply("n1", [row(2, T0 + 20, 5.0), row(2, T0 + 10, 4.0)])  # a backlog, out of order
+    assert held("n1")[2] == (T0 + 20, 5.0)
+    mem.apply("n1", [row(1, T0 + 20, 6.0)])  # a tie with the node's newest: taken whole
+    mem.apply("n1", [row(3, T0 + 15, 7.0)])  # older than the node's newest, newer than its own
+    assert held("n1") == {1: (T0 + 20, 6.0), 2: (T0 + 20, 5.0), 3: (T0 + 15, 7.0)}
+    mem.apply("n2", [row(4, T0 - 100, 1.0)])  # another node's own newest
+    assert held("n2") == {4: (T0 - 100, 1.0)} and mem.pending() == 4
+    mem.apply("n2", [])
+    assert mem.pending() == 4

@@ -11,8 +11,10 @@ import pytest
 from alembic import command
 from sqlalchemy import Engine, text
 
+from fabricd.model import Batch
 from fabricd.server import db
-from fabricd.server.store import sqlite
+from fabricd.server.store import sqlite, writer
+from fabricd.server.store.records import SeriesLimitExceeded
 from fabricd.server.store.storage import Storage
 from fabricd.wire import decode, encode
 from tests.support.points import raw_points
@@ -105,3 +107,61 @@ def test_migration_0010_drops_the_node_index_and_a_nodes_series_are_still_found_
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0009")
     assert "ix_series_node" in indexes()
+
+
+def _decoded(node: str, batch_id: str, samples: list, seq: int) -> Batch:
+    """As ingest decodes a batch: its samples as columns."""
+    return decode(encode(make_batch(node, batch_id, samples, seq=seq)), gzipped=True, columnar=True)
+
+
+def test_a_nodes_batches_of_one_shape_reuse_its_series_ids_and_any_change_resolves_them_again(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer reuses the ids of a node's last batch when the next has the same series in the
+    same order (``batchrows.shape_of``); the points still land on their own series when the order,
+    the labels or the set changes, on another node with the same shape, and after a refused
+    batch, whose new series must not be remembered."""
+    db.prepare(engine)
+    store = Storage.open(engine)
+    devices = ("mlx5_0", "mlx5_1", "mlx5_2")
+    pfc = [("priority", "3")]
+
+    def scrape(ts: float, order: tuple[str, ...], labels: list[tuple[str, str]] | None = None) -> list:
+        return [ib_sample(ts, device=d, labels=labels if d == "mlx5_1" and labels else ()) for d in order]
+
+    looked_up: list[int] = []  # batches whose ids were looked up one by one, by size
+    real = writer.series_ids
+    monkeypatch.setattr(writer, "series_ids", lambda samples, ids: looked_up.append(len(samples)) or real(samples, ids))
+    ingest = store.writer.ingest
+    assert ingest(_decoded("n1", "a", scrape(T0, devices), 1), T0, 10).new_series == 3
+    assert ingest(_decoded("n1", "b", scrape(T0 + 10, devices), 2), T0 + 10, 10).new_series == 0
+    assert ingest(_decoded("n2", "a", scrape(T0 + 10, devices), 1), T0 + 10, 10).new_series == 3
+    assert ingest(_decoded("n1", "c", scrape(T0 + 20, devices[::-1]), 3), T0 + 20, 10).new_series == 0
+    assert ingest(_decoded("n1", "c2", scrape(T0 + 25, devices), 8), T0 + 25, 10).new_series == 0
+    assert ingest(_decoded("n1", "d", scrape(T0 + 30, devices, pfc), 4), T0 + 30, 10).new_series == 1
+    assert ingest(_decoded("n1", "e", scrape(T0 + 40, devices, pfc), 5), T0 + 40, 10).new_series == 0
+    grown = (*devices, "mlx5_3")
+    with pytest.raises(SeriesLimitExceeded):  # a fifth series over a limit of four: nothing kept
+        ingest(_decoded("n1", "f", scrape(T0 + 50, grown, pfc), 6), T0 + 50, 4)
+    assert ingest(_decoded("n1", "g", scrape(T0 + 50, grown, pfc), 6), T0 + 50, 10).new_series == 1
+    assert ingest(_decoded("n1", "h", scrape(T0 + 60, grown, pfc), 7), T0 + 60, 10).new_series == 0
+
+    with engine.connect() as conn:
+        series = {
+            sid: (node, dev, labels)
+            for sid, node, dev, labels in conn.execute(text("SELECT id, node, device, labels FROM series"))
+        }
+    stored = sorted((ts, series[sid]) for _, sid, ts, *_ in raw_points(engine))
+    plain, labelled = "{}", '{"priority":"3"}'
+    expected = [(T0, ("n1", d, plain)) for d in devices]
+    expected += [(T0 + 10, (n, d, plain)) for n in ("n1", "n2") for d in devices]
+    expected += [(ts, ("n1", d, plain)) for ts in (T0 + 20, T0 + 25) for d in devices]
+    for ts in (T0 + 30, T0 + 40):
+        expected += [(ts, ("n1", d, labelled if d == "mlx5_1" else plain)) for d in devices]
+    for ts in (T0 + 50, T0 + 60):
+        expected += [(ts, ("n1", d, labelled if d == "mlx5_1" else plain)) for d in grown]
+    assert stored == sorted(expected)
+    assert len(series) == 3 + 3 + 1 + 1  # n1's three and one labelled and mlx5_3; n2's three
+    # Looked up: a, n2's a and d twice (before and after adding series), c and c2 once, f once
+    # (refused when adding), g twice; reused: b, e and h.
+    assert looked_up == [3] * 8 + [4] * 3

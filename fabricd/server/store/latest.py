@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES
 from fabricd.server.store import chunks
 from fabricd.server.store.identities import Identities, Identity
+from fabricd.server.store.latest_memory import LatestMemory
 from fabricd.server.store.latest_table import groups_of, newer_stored, newest, stored_rows
 from fabricd.server.store.records import Committed, PointRow
 from fabricd.server.store.sql import LATEST_CURSOR, Database
@@ -34,7 +35,7 @@ from fabricd.server.store.sql import LATEST_CURSOR, Database
 class LatestValues:
     def __init__(self, db: Database, identities: Identities) -> None:
         self.db, self.identities = db, identities
-        self._mem = _Latest()
+        self._mem = LatestMemory()
         # One flush at a time: SQLite packs a group before it takes the write lock, so a second
         # flush overlapping it could write an older snapshot over a newer one.
         self._flushing = threading.Lock()
@@ -186,110 +187,3 @@ def _samples(rows: Sequence[PointRow], idents: dict[int, Identity]) -> list[tupl
         r = Reading(b.source, b.device, b.port, b.counter, value, b.unit, b.kind, b.labels, b.name)
         append((node, Sample(ts, r, rate, statuses.get(status or "ok") or Status(status), since)))
     return out
-
-
-class _Latest:
-    """The newest point row of every series, by node; all methods are thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_node: dict[str, dict[int, PointRow]] = {}
-        self._dirty: dict[str, set[int]] = {}  # series changed since the last flush, by node
-        self._writing: dict[str, set[int]] = {}  # taken by the flush under way, not yet written
-        self.loaded = False
-        self.flushed_upto = 0  # the point id cursor as of the last flush or load
-
-    def apply(self, node: str, rows: Sequence[PointRow], dirty: bool = True) -> None:
-        with self._lock:
-            mine = self._by_node.get(node)
-            if mine is None:
-                mine = self._by_node[node] = {}
-            changed = self._dirty.setdefault(node, set()) if dirty else set()
-            for row in rows:
-                old = mine.get(row[0])
-                if old is None or old[1] <= row[1]:  # on a tie the later point wins, as the table did
-                    mine[row[0]] = row
-                    changed.add(row[0])
-            if dirty and not changed:
-                del self._dirty[node]
-
-    def load(self, cur: Any, db: Database) -> None:
-        cur.execute(db.sql.read_cursor, (LATEST_CURSOR,))
-        found = cur.fetchone()
-        upto = int(found[0]) if found else 0
-        for node, group in stored_rows(cur, db, None):
-            self.apply(node, group, dirty=False)
-        # Stored after the last flush: a crash, or a kill -9.
-        for node, group in db.sql.chunks.replay(cur, upto):
-            self.apply(node, group)
-        self.flushed_upto = upto
-        self.loaded = True
-
-    def rows(self, node: str | None, fresh_since: float | None) -> list[PointRow]:
-        with self._lock:
-            nodes = [node] if node is not None else sorted(self._by_node)
-            out: list[PointRow] = []
-            for name in nodes:
-                out.extend(_in_order(self._by_node.get(name, {}).values(), fresh_since))
-            return out
-
-    def rows_of(self, picks: dict[str, tuple[int, ...]], fresh_since: float | None) -> list[PointRow]:
-        """As ``rows``, of the series ids ``picks`` names by node."""
-        with self._lock:
-            out: list[PointRow] = []
-            for name in sorted(picks):
-                mine = self._by_node.get(name, {})
-                out.extend(_in_order((row for sid in picks[name] if (row := mine.get(sid)) is not None), fresh_since))
-            return out
-
-    def counts(self, node: str | None) -> dict[str, int]:
-        """How many series every node has (``node`` alone if given)."""
-        with self._lock:
-            names = [node] if node is not None else list(self._by_node)
-            return {name: len(self._by_node[name]) for name in names if name in self._by_node}
-
-    def sids(self, names: Sequence[str]) -> dict[str, list[int]]:
-        """The series ids of each of ``names``."""
-        with self._lock:
-            return {name: list(self._by_node[name]) for name in names if name in self._by_node}
-
-    def get(self, node: str, sid: int) -> PointRow | None:
-        with self._lock:
-            return self._by_node.get(node, {}).get(sid)
-
-    def snapshot(self, names: Sequence[str]) -> dict[str, dict[int, PointRow]]:
-        """A copy of the rows of each of ``names``."""
-        with self._lock:
-            return {name: dict(self._by_node.get(name, {})) for name in names}
-
-    def take_dirty(self) -> dict[str, set[int]]:
-        with self._lock:
-            dirty, self._dirty = self._dirty, {}
-            self._writing = dirty
-            return dirty
-
-    def written(self) -> None:
-        """The flush that took the dirty series has written them all."""
-        with self._lock:
-            self._writing = {}
-
-    def restore_dirty(self, dirty: dict[str, set[int]]) -> None:
-        with self._lock:
-            for node, sids in dirty.items():
-                self._dirty.setdefault(node, set()).update(sids)
-            self._writing = {}
-
-    def pending(self) -> int:
-        """Changed series not yet in the table: those a flush under way is writing count until
-        it has written them, so the gauge never reads 0 while they are still only in memory."""
-        with self._lock:
-            if not self._writing:
-                return sum(len(sids) for sids in self._dirty.values())
-            nodes = self._dirty.keys() | self._writing.keys()
-            return sum(len(self._dirty.get(n, set()) | self._writing.get(n, set())) for n in nodes)
-
-
-def _in_order(rows: Iterable[PointRow], fresh_since: float | None) -> list[PointRow]:
-    """``rows`` seen since ``fresh_since`` (all if None), by series id (ids are unique: the tuples
-    never compare further)."""
-    return sorted(rows if fresh_since is None else (r for r in rows if r[1] >= fresh_since))

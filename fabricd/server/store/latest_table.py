@@ -39,7 +39,7 @@ def stored_rows(
 ) -> Iterator[tuple[str, list[PointRow]]]:
     """(node, its rows) from the table: the packed rows, then the series rows' ``latest_*`` that a
     release before migration 0009 wrote (a replica not yet upgraded, in a rolling upgrade); a node
-    can appear twice, and the newest point of a series wins (``_Latest.apply``, ``newest``). Only
+    can appear twice, and the newest point of a series wins (``LatestMemory.apply``, ``newest``). Only
     the series ids in ``keep`` if given."""
     if nodes is not None and not nodes:
         return
@@ -56,7 +56,7 @@ def stored_rows(
 
 
 def newest(rows: Iterable[PointRow]) -> dict[int, PointRow]:
-    """The newest row of each series id (on a tie the later one, as ``_Latest.apply``)."""
+    """The newest row of each series id (on a tie the later one, as ``LatestMemory.apply``)."""
     out: dict[int, PointRow] = {}
     for row in rows:
         old = out.get(row[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -19,13 +20,16 @@ from fabricd.server.store.batchrows import (
     Described,
     IdentityKey,
     SeriesKey,
+    Shape,
     alias,
     health_rows,
+    kept_shape,
     labels_of_json,
     point_columns,
     point_rows,
     series_ids,
     series_key,
+    shape_of,
     unresolved,
 )
 from fabricd.server.store.held import HeldConnection
@@ -181,14 +185,20 @@ class GroupCommitWriter:
         if batch.health:
             cur.executemany(sql.upsert_health, health_rows(batch.node, batch.health))
         known = grown.get(batch.node) or self._known_series(cur, batch.node)
-        sids = series_ids(batch.samples, known.ids)
+        shape = shape_of(batch.samples)
         added, new = None, 0
-        if None in sids:
-            added, new = self._add_series(cur, job, sids, known)
-            sids = series_ids(batch.samples, added.ids)
+        if shape is not None and known.shape == shape:  # the node's series, as in its last batch
+            sids: Sequence[int | None] = known.shape_sids
+        else:
+            sids = series_ids(batch.samples, known.ids)
+            if None in sids:
+                added, new = self._add_series(cur, job, sids, known)
+                sids = series_ids(batch.samples, added.ids)
+            if shape is not None:  # on the node's ids that commit with this batch
+                (added or known).remember(shape, cast(list[int], sids))
         rows: list[PointRow] = []
         if batch.samples:
-            resolved = cast(list[int], sids)  # every series resolved above
+            resolved = cast(Sequence[int], sids)  # every series resolved above
             rows = point_rows(batch.samples, resolved)
             sql.chunks.write(cur, batch.node, rows, point_columns(batch.samples, resolved), self.partition_seconds)
             job.sids = tuple(resolved)
@@ -271,6 +281,12 @@ class _NodeSeries:
 
     ids: dict[IdentityKey, int]
     count: int
+    shape: Shape | None = None  # the identity columns of the node's last decoded batch
+    shape_sids: tuple[int, ...] = ()  # their series ids, in order
+
+    def remember(self, shape: Shape, sids: list[int]) -> None:
+        """Keep ``shape`` (interned: ``kept_shape``) and its ids for the node's next batch."""
+        self.shape, self.shape_sids = kept_shape(shape), tuple(sids)
 
 
 def _announced(job: _Job) -> Committed:
