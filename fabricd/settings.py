@@ -101,10 +101,10 @@ class TransportSettings(_Strict):
     encoding: Literal["msgpack", "json"] = _doc("msgpack", "Body encoding of a batch.")
     ca_file: Path | None = _doc(None, "PEM bundle of the CA that signed the central's certificate (https://).")
     verify_tls: bool = _doc(True, "Verify the central's TLS certificate; false for labs only.")
-    # 2 is this release's; 1 is what the previous release wrote and read.
+    # 3 is this release's; 2 is what the previous release wrote, 1 the one before.
     wire_version: int = _doc(
-        2,
-        "Wire format version the agent writes: 2 (this release), or 1 while the central still runs "
+        3,
+        "Wire format version the agent writes: 3 (this release), or 2 while the central still runs "
         "the previous release (docs/wire-format.md).",
     )
 

@@ -1,20 +1,21 @@
 """The agent -> central wire format and its versions (docs/wire-format.md).
 
-A batch is one object with short keys; samples are arrays in a fixed column order so a batch of
-thousands of samples stays compact in JSON and in msgpack. Both encodings may be gzip-compressed
+A batch is one object with short keys. Both encodings (JSON, msgpack) may be gzip-compressed
 (``Content-Encoding: gzip``). ``decode`` validates everything it reads and raises ``WireError``
 with a message that names the bad field: ingest turns it into a 4xx, never a 5xx.
 
-    {"v": 2, "node": "node-001", "agent": "0.1.0", "id": "<batch id>", "ts": 1700000000.0,
+    {"v": 3, "node": "node-001", "agent": "0.1.0", "id": "<batch id>", "ts": 1700000000.0,
      "instance": "<agent process id>", "seq": 17, "first_ts": 1699999995.0, "last_ts": 1700000000.0,
-     "samples": [[ts, source, device, port, counter, name, unit, kind, labels, value, rate,
-                  status, since], ...],
+     "strings": [...], "labels": [...], "columns": {"ts": [...], "source": [...], ...},
      "health": [[collector, success, duration_seconds, ts, error, readings], ...]}
 
-Version 1 is the same without ``instance``, ``seq``, ``first_ts`` and ``last_ts``. One encoder and
-one decoder per version (``ENCODERS``, ``DECODERS``): a server decodes this version and the one
-before it (``SUPPORTED_VERSIONS``), so agents and the central can be upgraded in either order, one
-release apart, without losing a spooled batch.
+Version 3 carries the samples as columns, their strings in one table (``fabricd/wire_v3.py``).
+Version 2 carries them as rows, ``"samples": [[ts, source, device, port, counter, name, unit,
+kind, labels, value, rate, status, since], ...]``; version 1 is version 2 without ``instance``,
+``seq``, ``first_ts`` and ``last_ts``. One encoder and one decoder per version (``ENCODERS``,
+``DECODERS``): a server decodes this version and the ones before it (``SUPPORTED_VERSIONS``), so
+agents and the central can be upgraded in either order, one release apart, without losing a
+spooled batch.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ from typing import Any
 
 import msgpack
 
+from fabricd import wire_v3
 from fabricd.model import Batch, CollectorHealth, Kind, Reading, Sample, Status
 from fabricd.wire_columns import SAMPLE_FIELDS, SampleColumns, columns_of
+from fabricd.wire_errors import TooLarge, UnsupportedVersion, WireError
 
-# The version this fabricd writes (N); it reads N and N-1 (``SUPPORTED_VERSIONS``, the keys of
-# ``DECODERS``). Bump it on any change a server of the previous release could not read, add its
-# encoder and decoder below, and drop the oldest decoder (docs/wire-format.md "Versions").
-SCHEMA_VERSION = 2
+# The version this fabricd writes (N); it reads N and N-1 at least (``SUPPORTED_VERSIONS``, the
+# keys of ``DECODERS``). Bump it on any change a server of the previous release could not read and
+# add its encoder and decoder below (docs/wire-format.md "Versions"). Version 1 is still read: its
+# decoder is version 2's, less four fields, and keeping it costs nothing.
+SCHEMA_VERSION = 3
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -46,22 +50,6 @@ _KINDS: dict[str, Kind] = {k.value: k for k in Kind}
 _STATUSES: dict[str, Status] = {s.value: s for s in Status}
 _INF = math.inf
 MAX_INSTANCE = 64
-
-
-class WireError(ValueError):
-    """A batch that cannot be decoded; ``field`` names what was wrong."""
-
-    def __init__(self, message: str, field: str = "") -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class UnsupportedVersion(WireError):
-    pass
-
-
-class TooLarge(WireError):
-    pass
 
 
 def _sample_row(s: Sample) -> list[Any]:
@@ -98,7 +86,7 @@ def _obj_v1(batch: Batch) -> dict[str, Any]:
 
 def _obj_v2(batch: Batch) -> dict[str, Any]:
     if batch.instance is None or batch.seq is None:
-        raise ValueError("a version 2 batch needs instance and seq (made by the Batcher)")
+        raise ValueError("a batch of version 2 or later needs instance and seq (made by the Batcher)")
     first, last = event_time_range(batch.samples)
     return {
         **_obj_v1(batch),
@@ -110,7 +98,13 @@ def _obj_v2(batch: Batch) -> dict[str, Any]:
     }
 
 
-ENCODERS: dict[int, Callable[[Batch], dict[str, Any]]] = {1: _obj_v1, 2: _obj_v2}
+def _obj_v3(batch: Batch) -> dict[str, Any]:
+    obj = _obj_v2(batch)
+    del obj["samples"]
+    return {**obj, "v": 3, **wire_v3.columns_obj(batch.samples)}
+
+
+ENCODERS: dict[int, Callable[[Batch], dict[str, Any]]] = {1: _obj_v1, 2: _obj_v2, 3: _obj_v3}
 
 
 def event_time_range(samples: Sequence[Sample]) -> tuple[float | None, float | None]:
@@ -200,11 +194,18 @@ def batch_from_obj(obj: Any, columnar: bool = False) -> Batch:
 
 
 def _batch_v1(obj: dict[str, Any], columnar: bool = False) -> Batch:
+    batch = _header(obj)
+    rows = _req(obj, "samples", list)
+    batch.samples = (columnar and columns_of(rows)) or _samples_from_rows(rows)
+    return batch
+
+
+def _header(obj: dict[str, Any]) -> Batch:
+    """The batch's fields of version 1, its samples aside."""
     node = _req(obj, "node", str)
     batch_id = _req(obj, "id", str)
     if not node or not batch_id:
         raise WireError("'node' and 'id' must be non-empty", "node" if not node else "id")
-    rows = _req(obj, "samples", list)
     health_rows = obj.get("health", [])
     if not isinstance(health_rows, list):
         raise WireError("field 'health' has the wrong type", "health")
@@ -212,7 +213,7 @@ def _batch_v1(obj: dict[str, Any], columnar: bool = False) -> Batch:
         node=node,
         agent_version=str(obj.get("agent", "")),
         batch_id=batch_id,
-        samples=(columnar and columns_of(rows)) or _samples_from_rows(rows),
+        samples=[],
         health=[_health_from_row(i, row) for i, row in enumerate(health_rows)],
         schema_version=obj["v"],
         created_ts=_number(obj.get("ts", 0.0), "ts") or 0.0,
@@ -220,7 +221,18 @@ def _batch_v1(obj: dict[str, Any], columnar: bool = False) -> Batch:
 
 
 def _batch_v2(obj: dict[str, Any], columnar: bool = False) -> Batch:
-    batch = _batch_v1(obj, columnar)
+    return _ordered(obj, _batch_v1(obj, columnar))
+
+
+def _batch_v3(obj: dict[str, Any], columnar: bool = False) -> Batch:
+    batch = _header(obj)
+    batch.samples = wire_v3.samples_from_obj(obj, columnar)
+    return _ordered(obj, batch)
+
+
+def _ordered(obj: dict[str, Any], batch: Batch) -> Batch:
+    """``batch`` with the fields version 2 added: its agent's instance and sequence number, and
+    the event time range of its samples."""
     batch.instance = _req(obj, "instance", str)
     if not batch.instance or len(batch.instance) > MAX_INSTANCE:
         raise WireError(f"'instance' must be 1-{MAX_INSTANCE} characters", "instance")
@@ -238,7 +250,7 @@ def _batch_v2(obj: dict[str, Any], columnar: bool = False) -> Batch:
     return batch
 
 
-DECODERS: dict[int, Callable[[dict[str, Any], bool], Batch]] = {1: _batch_v1, 2: _batch_v2}
+DECODERS: dict[int, Callable[[dict[str, Any], bool], Batch]] = {1: _batch_v1, 2: _batch_v2, 3: _batch_v3}
 SUPPORTED_VERSIONS: tuple[int, ...] = tuple(sorted(DECODERS))
 
 

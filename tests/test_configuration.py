@@ -61,7 +61,7 @@ def test_rows_give_exact_types_defaults_and_flags() -> None:
     rows = {c[1].strip(" `"): [x.strip() for x in c[2:6]] for c in cells}
     assert rows["interval_seconds"] == ["number", "`10.0`", "`FABRICD_INTERVAL_SECONDS`", "`agent --interval`"]
     assert rows["spool.max_bytes"] == ["integer", "`268435456`", "`FABRICD_SPOOL__MAX_BYTES`", "-"]
-    assert rows["transport.wire_version"][:3] == ["integer", "`2`", "`FABRICD_TRANSPORT__WIRE_VERSION`"]
+    assert rows["transport.wire_version"][:3] == ["integer", "`3`", "`FABRICD_TRANSPORT__WIRE_VERSION`"]
     assert rows["node"][:2] == ["string", "the hostname"]
     assert rows["auth"][3] == "`server --no-auth`"
     assert rows["db"][3] == "`server --db`<br>`token create\\|revoke\\|list --db`"

@@ -163,7 +163,8 @@ async def _post_raw(api: Api, body: bytes, content_type: str, **headers: str) ->
 
 
 async def test_bad_bodies_get_errors_that_name_the_problem(api: Api) -> None:
-    batch = wire.batch_to_obj(make_batch("node-a", "x", [ib_sample(time.time())]))
+    batch = wire.batch_to_obj(make_batch("node-a", "x", [ib_sample(time.time())]), version=2)
+    columns = wire.batch_to_obj(make_batch("node-a", "y", [ib_sample(time.time())]))  # this release's: 3
     cases: list[tuple[bytes, str, dict[str, str], int, str, str]] = [
         (b"{not json", wire.JSON, {}, 400, "bad_body", "not valid"),
         (b"hello", "text/plain", {}, 415, "unsupported_media_type", "application/msgpack"),
@@ -171,6 +172,14 @@ async def test_bad_bodies_get_errors_that_name_the_problem(api: Api) -> None:
         (b"\x1f\x8b garbage", wire.JSON, {"Content-Encoding": "gzip"}, 400, "bad_body", "gzip"),
         (_json({**batch, "v": 99}), wire.JSON, {}, 422, "unsupported_schema_version", "version 99"),
         (_json({**batch, "samples": [[1.0, "x"]]}), wire.JSON, {}, 422, "invalid_field", "samples[0]"),
+        (
+            _json({**columns, "columns": {**columns["columns"], "device": [99]}}),
+            wire.JSON,
+            {},
+            422,
+            "invalid_field",
+            "columns.device[0] must be an index into 'strings'",
+        ),
     ]
     for body, ctype, headers, status, code, words in cases:
         resp = await _post_raw(api, body, ctype, **headers)
@@ -195,7 +204,7 @@ async def test_limits_refuse_with_the_limit_named(db_url: str, tmp_path: Path) -
     async with running(app) as client:
         api = Api(client, app)
         now = time.time()
-        big = [ib_sample(now, device=f"mlx5_{i}") for i in range(200)]
+        big = [ib_sample(now, device=f"mlx5_{i}") for i in range(500)]
         resp = await api.ingest("node-a", "big", big, gzip=False)
         assert resp.status_code == 413 and "max_body_bytes" in resp.json()["message"]
         many = [ib_sample(now + i) for i in range(60)]

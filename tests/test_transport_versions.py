@@ -1,7 +1,7 @@
 """Rolling upgrades at the transport: wire versions, and a central that does not read the agent's.
 
 The central double stands for another release (``reads``): an older central that reads only
-version 1, or a newer one that no longer reads it. Whatever the mismatch, a batch is kept in the
+versions 1 and 2, or a newer one that no longer reads version 1. Whatever the mismatch, a batch is kept in the
 spool and retried; nothing is dropped or quarantined for a version (docs/transport.md).
 """
 
@@ -21,7 +21,7 @@ from tests.test_transport_flow import _metric, _transport
 from tests.test_transport_flow import _settings as flow_settings
 
 
-def _settings(tmp_path: Path, central: CentralDouble, wire_version: int = 2) -> AgentSettings:
+def _settings(tmp_path: Path, central: CentralDouble, wire_version: int = 3) -> AgentSettings:
     """test_transport_flow's settings (one scrape is one batch), speaking ``wire_version``."""
     base = flow_settings(tmp_path, central)
     return base.model_copy(
@@ -47,7 +47,7 @@ async def test_an_agent_newer_than_the_central_keeps_its_spool_and_delivers_afte
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     central = CentralDouble()
-    central.reads = (1,)  # the previous release
+    central.reads = (1, 2)  # the previous release
     await central.start()
     transport, registry = await _transport(_settings(tmp_path, central))
     try:
@@ -59,23 +59,26 @@ async def test_an_agent_newer_than_the_central_keeps_its_spool_and_delivers_afte
         assert central.order == []
         assert _quarantined(tmp_path) == []
         assert _metric(registry, "fabricd_agent_spool_quarantined_total") == 0
-        assert any("does not read wire version 2" in r.getMessage() for r in caplog.records)
-        central.reads = (1, 2)  # the central is upgraded
+        assert any("does not read wire version 3" in r.getMessage() for r in caplog.records)
+        central.reads = (1, 2, 3)  # the central is upgraded
         await until(lambda: len(central.order) == 6)
         await until(lambda: _metric(registry, "fabricd_agent_spool_batches") == 0)
     finally:
         await transport.close()
         await central.stop()
     assert stored_timestamps(central) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    assert {central.batches[b].schema_version for b in central.order} == {2}
+    assert {central.batches[b].schema_version for b in central.order} == {3}
     assert (_dropped(registry), _quarantined(tmp_path)) == (0, [])
 
 
-async def test_an_agent_set_to_version_1_is_read_by_the_previous_release(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version,seqs", [(2, [1, 2, 3]), (1, [None, None, None])])  # v1 has no seq
+async def test_an_agent_set_to_an_older_version_is_read_by_the_previous_release(
+    tmp_path: Path, version: int, seqs: list[int | None]
+) -> None:
     central = CentralDouble()
-    central.reads = (1,)
+    central.reads = (1, 2)
     await central.start()
-    transport, registry = await _transport(_settings(tmp_path, central, wire_version=1))
+    transport, registry = await _transport(_settings(tmp_path, central, wire_version=version))
     try:
         for ts in range(1, 4):
             await transport.submit(scrape(float(ts)), [])
@@ -84,8 +87,8 @@ async def test_an_agent_set_to_version_1_is_read_by_the_previous_release(tmp_pat
         await transport.close()
         await central.stop()
     assert stored_timestamps(central) == [1.0, 2.0, 3.0]
-    assert [central.batches[b].schema_version for b in central.order] == [1, 1, 1]
-    assert [central.batches[b].seq for b in central.order] == [None, None, None]  # v1 has no seq
+    assert [central.batches[b].schema_version for b in central.order] == [version] * 3
+    assert [central.batches[b].seq for b in central.order] == seqs
     assert _refused(central) == 0 and _dropped(registry) == 0
 
 
@@ -140,11 +143,11 @@ def test_the_wire_version_setting_takes_exactly_the_versions_this_release_writes
     from fabricd import settings, wire
 
     assert TransportSettings().wire_version == wire.SCHEMA_VERSION
-    monkeypatch.setenv("FABRICD_TRANSPORT__WIRE_VERSION", "1")  # as an operator sets it
-    assert settings.load(AgentSettings).transport.wire_version == 1
-    for bad in ("0", "3"):
+    monkeypatch.setenv("FABRICD_TRANSPORT__WIRE_VERSION", "2")  # as an operator sets it
+    assert settings.load(AgentSettings).transport.wire_version == 2
+    for bad in ("0", "4"):
         monkeypatch.setenv("FABRICD_TRANSPORT__WIRE_VERSION", bad)
-        with pytest.raises(settings.SettingsError, match=r"transport.wire_version: must be one of 1, 2 "):
+        with pytest.raises(settings.SettingsError, match=r"transport.wire_version: must be one of 1, 2, 3 "):
             settings.load(AgentSettings)
 
 

@@ -36,11 +36,14 @@ PFC = Sample(
 )
 
 
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("columnar", [False, True])
 @pytest.mark.parametrize("content_type", [wire.JSON, wire.MSGPACK])
 @pytest.mark.parametrize("compress", [True, False])
-def test_round_trip_keeps_every_field(content_type: str, compress: bool) -> None:
+def test_round_trip_keeps_every_field(content_type: str, compress: bool, columnar: bool, version: int) -> None:
     batch = make_batch("node-1", "b-1", [ib_sample(1.0), SATURATED, PFC], ts=12.5)
-    back = wire.decode(wire.encode(batch, content_type, compress), content_type, gzipped=compress)
+    body = wire.encode(batch, content_type, compress, version=version)
+    back = wire.decode(body, content_type, gzipped=compress, columnar=columnar)
     # What survives is what the server stores: width/saturates/scale stay at the agent.
     assert [
         (s.ts, s.reading.key(), s.reading.metric, s.reading.value, s.rate, s.status, s.since) for s in back.samples
@@ -55,7 +58,8 @@ def test_msgpack_is_smaller_than_json() -> None:
 
 
 def _obj() -> dict[str, object]:
-    return wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0)]))
+    """A version 2 batch: its samples are rows."""
+    return wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0)]), version=2)
 
 
 @pytest.mark.parametrize(
@@ -84,8 +88,10 @@ def test_invalid_batches_name_the_field(mutate: object, field: str) -> None:
 
 
 def test_unknown_version_and_content_type_and_gzip_bomb() -> None:
-    with pytest.raises(wire.UnsupportedVersion, match=r"schema version 3 is not supported \(this server speaks 1, 2\)"):
-        wire.decode(msgpack.packb({**_obj(), "v": 3}), wire.MSGPACK)
+    with pytest.raises(
+        wire.UnsupportedVersion, match=r"schema version 4 is not supported \(this server speaks 1, 2, 3\)"
+    ):
+        wire.decode(msgpack.packb({**_obj(), "v": 4}), wire.MSGPACK)
     with pytest.raises(wire.UnsupportedVersion, match="schema version 0 "):
         wire.decode(msgpack.packb({**_obj(), "v": 0}), wire.MSGPACK)
     with pytest.raises(wire.WireError) as err:
@@ -96,25 +102,30 @@ def test_unknown_version_and_content_type_and_gzip_bomb() -> None:
         wire.decode(bomb, wire.JSON, gzipped=True, max_decompressed_bytes=1_000_000)
 
 
-def test_this_release_writes_version_2_and_reads_1_and_2() -> None:
-    assert (wire.SCHEMA_VERSION, wire.SUPPORTED_VERSIONS) == (2, (1, 2))
-    assert sorted(wire.ENCODERS) == sorted(wire.DECODERS) == [1, 2]
+def test_this_release_writes_version_3_and_reads_1_2_and_3() -> None:
+    assert (wire.SCHEMA_VERSION, wire.SUPPORTED_VERSIONS) == (3, (1, 2, 3))
+    assert sorted(wire.ENCODERS) == sorted(wire.DECODERS) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("content_type", [wire.JSON, wire.MSGPACK])
-def test_version_2_carries_instance_seq_and_the_event_time_range(content_type: str) -> None:
+@pytest.mark.parametrize("version", [2, 3])
+def test_versions_2_and_3_carry_instance_seq_and_the_event_time_range(content_type: str, version: int) -> None:
     batch = make_batch("node-1", "b-7", [ib_sample(30.0), ib_sample(10.0, device="mlx5_1"), PFC], seq=7)
-    obj = wire.batch_to_obj(batch)
+    obj = wire.batch_to_obj(batch, version)
+    layout = {2: ["samples"], 3: ["columns", "labels", "strings"]}[version]  # the previous release's: 2
+    assert sorted(obj) == sorted(
+        ["agent", "health", "id", "node", "ts", "v", "instance", "seq", "first_ts", "last_ts", *layout]
+    )
     assert {k: obj[k] for k in ("v", "instance", "seq", "first_ts", "last_ts")} == {
-        "v": 2,
+        "v": version,
         "instance": "test-instance",
         "seq": 7,
         "first_ts": 10.0,
         "last_ts": 30.0,
     }
-    back = wire.decode(wire.encode(batch, content_type), content_type, gzipped=True)
+    back = wire.decode(wire.encode(batch, content_type, version=version), content_type, gzipped=True)
     assert (back.schema_version, back.instance, back.seq, back.first_ts, back.last_ts) == (
-        2,
+        version,
         "test-instance",
         7,
         10.0,
@@ -131,13 +142,14 @@ def test_version_1_has_none_of_the_new_fields_and_decodes_with_them_none() -> No
     assert [s.ts for s in back.samples] == [10.0, 20.0]
 
 
-def test_a_version_2_batch_without_samples_has_a_null_range() -> None:
-    back = wire.decode(wire.encode(make_batch("n", "b", []), wire.JSON, False), wire.JSON)
-    assert (back.first_ts, back.last_ts, back.seq) == (None, None, 1)
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_batch_without_samples_has_a_null_range(version: int) -> None:
+    back = wire.decode(wire.encode(make_batch("n", "b", []), wire.JSON, False, version), wire.JSON, columnar=True)
+    assert (back.first_ts, back.last_ts, back.seq, back.samples) == (None, None, 1, [])
 
 
 def _obj2(**changes: object) -> bytes:
-    obj = wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0), ib_sample(2.0)]))
+    obj = wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0), ib_sample(2.0)]), version=2)
     obj.update(changes)
     return json.dumps({k: v for k, v in obj.items() if v != "DROP"}).encode()
 
@@ -170,5 +182,5 @@ def test_encoding_version_2_needs_instance_and_seq() -> None:
     batch.instance = None
     with pytest.raises(ValueError, match="needs instance and seq"):
         wire.encode(batch)
-    with pytest.raises(ValueError, match="cannot encode wire version 3"):
-        wire.encode(make_batch("n", "b", []), version=3)
+    with pytest.raises(ValueError, match="cannot encode wire version 4"):
+        wire.encode(make_batch("n", "b", []), version=4)

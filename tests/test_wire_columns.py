@@ -109,7 +109,7 @@ def test_columnar_decode_and_limits_match_the_row_path(rows: list[Any]) -> None:
 def test_well_formed_rows_decode_as_columns_and_the_store_reads_them_as_the_samples() -> None:
     batch = make_batch("node-1", "b-1", [ib_sample(1.0, device=f"mlx5_{i}", rate=float(i)) for i in range(4)])
     batch.samples.append(ib_sample(1.0, counter="rx_prio3_pause", labels=[("priority", "3")], rate=None))
-    back = wire.decode(wire.encode(batch), wire.MSGPACK, gzipped=True, columnar=True)
+    back = wire.decode(wire.encode(batch, version=2), wire.MSGPACK, gzipped=True, columnar=True)
     assert isinstance(back.samples, SampleColumns) and back.samples == batch.samples
     ids = {s.reading.key(): i for i, s in enumerate(batch.samples)}
     assert series_ids(back.samples, ids) == series_ids(batch.samples, ids) == [0, 1, 2, 3, 4]
@@ -117,7 +117,7 @@ def test_well_formed_rows_decode_as_columns_and_the_store_reads_them_as_the_samp
 
 
 def test_an_int_or_a_nan_hands_the_rows_to_the_row_path() -> None:
-    good = wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0)]))["samples"]
+    good = wire.batch_to_obj(make_batch("n", "b", [ib_sample(1.0)]), version=2)["samples"]
     assert columns_of(good) is not None
     assert columns_of([[1, *good[0][1:]]]) is None  # an int ts: the row path converts it
     assert columns_of([[*good[0][:9], math.nan, *good[0][10:]]]) is None
@@ -138,9 +138,9 @@ def test_job_and_path_samples_split_from_columns_as_from_the_samples(split: Any)
         Reading("pingmesh", "", "", "path_info", 1.0, "", Kind.INFO, (("peer", "n2"), ("hops", "a,b")), "path_info"),
     )
     batch = make_batch("n1", "b", [ib_sample(5.0), job, running, hop, ib_sample(5.0, device="mlx5_1")])
-    columnar = wire.decode(wire.encode(batch), wire.MSGPACK, gzipped=True, columnar=True)
+    columnar = wire.decode(wire.encode(batch, version=2), wire.MSGPACK, gzipped=True, columnar=True)
     assert isinstance(columnar.samples, SampleColumns)
-    plain = wire.decode(wire.encode(batch), wire.MSGPACK, gzipped=True)
+    plain = wire.decode(wire.encode(batch, version=2), wire.MSGPACK, gzipped=True)
     by_columns, by_samples = _outcome(lambda: split(columnar)), _outcome(lambda: split(plain))
     assert by_columns[0] == by_samples[0] == "ok"
     (reports_c, rest_c), (reports_s, rest_s) = by_columns[1], by_samples[1]
@@ -188,8 +188,8 @@ def test_a_batch_stored_from_its_columns_is_stored_as_from_its_samples(tmp_path:
     later = [dataclasses.replace(s, ts=T0 + 10.0, rate=2.0) for s in first[:-1]]
     later.append(ib_sample(T0 + 10.5, device="mlx5_9", counter="new", unit="packets", kind=Kind.GAUGE))
     batches = [make_batch("n1", "b1", first, T0), make_batch("n1", "b2", later, T0 + 10.0, seq=2)]
-    decoded = [wire.decode(wire.encode(b), gzipped=True, columnar=True) for b in batches]
-    plain = [wire.decode(wire.encode(b), gzipped=True) for b in batches]
+    decoded = [wire.decode(wire.encode(b, version=2), gzipped=True, columnar=True) for b in batches]
+    plain = [wire.decode(wire.encode(b, version=2), gzipped=True) for b in batches]
     assert all(isinstance(b.samples, SampleColumns) for b in decoded)
     assert not any(isinstance(b.samples, SampleColumns) for b in plain)
     from_columns, from_rows = _stored(tmp_path / "columns.db", decoded), _stored(tmp_path / "rows.db", plain)

@@ -16,6 +16,8 @@ from fabricd.server.errors import ApiError
 from fabricd.server.ingest import MAX_BATCH_ID, MAX_NAME, MAX_NODE, MAX_SOURCE, MAX_UNIT
 from fabricd.server.services import Services
 from fabricd.wire import MAX_INSTANCE, SUPPORTED_VERSIONS
+from fabricd.wire_columns import SAMPLE_FIELDS
+from fabricd.wire_v3 import STRING_FIELDS
 
 router = APIRouter(tags=["ingest"])
 INGEST_PATH = "/api/v1/ingest"
@@ -58,28 +60,56 @@ HEALTH_ROW = {
     "minItems": 6,
     "maxItems": 6,
 }
+_INDEX = {"type": "integer", "minimum": 0}
+_INDICES = {"type": "array", "items": _INDEX, "maxItems": 1000, "description": "an index into 'strings' a sample"}
+COLUMNS = {
+    "type": "object",
+    "description": "v3: one array a field, one item a sample (docs/wire-format.md)",
+    "required": list(SAMPLE_FIELDS),
+    "properties": {
+        **{field: _INDICES for field in STRING_FIELDS},
+        "labels": {**_INDICES, "description": "an index into 'labels' a sample"},
+        **{field: {"type": "array", "items": _NUM, "maxItems": 1000} for field in ("ts", "value")},
+        **{field: {"type": "array", "items": _OPT_NUM, "maxItems": 1000} for field in ("rate", "since")},
+    },
+}
 BATCH_SCHEMA = {
     "type": "object",
-    "required": ["v", "node", "id", "samples"],
+    "required": ["v", "node", "id"],
     "properties": {
         "v": {"type": "integer", "enum": list(SUPPORTED_VERSIONS), "description": "wire schema version"},
-        "instance": {**_text(MAX_INSTANCE, 1), "description": "v2: the agent process's random id"},
-        "seq": {"type": "integer", "minimum": 1, "description": "v2: batch number of this instance, from 1"},
-        "first_ts": {**_OPT_NUM, "description": "v2: earliest sample ts (null without samples)"},
-        "last_ts": {**_OPT_NUM, "description": "v2: latest sample ts (null without samples)"},
+        "instance": {**_text(MAX_INSTANCE, 1), "description": "v2+: the agent process's random id"},
+        "seq": {"type": "integer", "minimum": 1, "description": "v2+: batch number of this instance, from 1"},
+        "first_ts": {**_OPT_NUM, "description": "v2+: earliest sample ts (null without samples)"},
+        "last_ts": {**_OPT_NUM, "description": "v2+: latest sample ts (null without samples)"},
         "node": _text(MAX_NODE, 1),
         "agent": _text(64),
         "id": _text(MAX_BATCH_ID, 1),
         "ts": _NUM,
-        "samples": {"type": "array", "items": SAMPLE_ROW, "maxItems": 1000},
+        "samples": {"type": "array", "items": SAMPLE_ROW, "maxItems": 1000, "description": "v1 and v2"},
+        "strings": {"type": "array", "items": _TEXT, "description": "v3: each distinct string of the columns once"},
+        "labels": {
+            "type": "array",
+            "items": {"type": ["object", "null"], "additionalProperties": _text(128), "propertyNames": _text(MAX_NAME)},
+            "description": "v3: each distinct label set once",
+        },
+        "columns": COLUMNS,
         "health": {"type": "array", "items": HEALTH_ROW, "maxItems": 100},
     },
-    # Version 2 requires its four fields; first_ts/last_ts must also be the samples' own range.
+    # Versions 2 and 3 require the four fields; first_ts/last_ts must also be the samples' own range.
     "allOf": [
         {
-            "if": {"properties": {"v": {"const": 2}}},
+            "if": {"properties": {"v": {"enum": [1, 2]}}},
+            "then": {"required": ["samples"]},
+        },
+        {
+            "if": {"properties": {"v": {"enum": [2, 3]}}},
             "then": {"required": ["instance", "seq", "first_ts", "last_ts"]},
-        }
+        },
+        {
+            "if": {"properties": {"v": {"const": 3}}},
+            "then": {"required": ["strings", "labels", "columns"]},
+        },
     ],
 }
 _ERRORS = {
