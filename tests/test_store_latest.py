@@ -216,6 +216,11 @@ def test_memory_keeps_the_newest_point_whether_a_batch_is_one_scrape_or_a_backlo
     mem.apply("n1", [row(1, T0 + 20, 6.0)])  # a tie with the node's newest: taken whole
     mem.apply("n1", [row(3, T0 + 15, 7.0)])  # older than the node's newest, newer than its own
     assert held("n1") == {1: (T0 + 20, 6.0), 2: (T0 + 20, 5.0), 3: (T0 + 15, 7.0)}
+    mem.apply("n1", [row(1, T0 + 30, 8.0), row(2, T0 + 30, 9.0)], ts=T0 + 30, sids=(1, 2))  # as the writer says
+    mem.apply("n1", [row(3, T0 + 25, 1.0)], ts=T0 + 25, sids=(3,))  # one scrape behind the newest
+    assert held("n1") == {1: (T0 + 30, 8.0), 2: (T0 + 30, 9.0), 3: (T0 + 25, 1.0)}
+    mem.apply("n1", [row(3, T0 + 20, 0.0)], ts=T0 + 20, sids=(3,))  # older than its own: kept out
+    assert held("n1")[3] == (T0 + 25, 1.0)
     mem.apply("n2", [row(4, T0 - 100, 1.0)])  # another node's own newest
     assert held("n2") == {4: (T0 - 100, 1.0)} and mem.pending() == 4
     mem.apply("n2", [])

@@ -47,7 +47,7 @@ class LatestValues:
     def committed(self, batches: Sequence[Committed]) -> None:
         """The writer's post-commit hook."""
         for b in batches:
-            self._mem.apply(b.node, b.rows)
+            self._mem.apply(b.node, b.rows, ts=b.ts, sids=b.sids)
 
     def values(
         self, node: str | None = None, source: str | None = None, fresh_since: float | None = None

@@ -28,30 +28,38 @@ class LatestMemory:
         self.loaded = False
         self.flushed_upto = 0  # the point id cursor as of the last flush or load
 
-    def apply(self, node: str, rows: Sequence[PointRow], dirty: bool = True) -> None:
-        times = list(map(_TS, rows))
-        one = bool(times) and min(times) == max(times)  # the batch is one scrape
+    def apply(
+        self, node: str, rows: Sequence[PointRow], dirty: bool = True, ts: float | None = None, sids: Sequence[int] = ()
+    ) -> None:
+        """Keep each row that is its series' newest. ``ts``: every row's event time, when the
+        caller knows the batch is one scrape; ``sids``: the rows' series ids, in order, if known
+        (the writer's ``Committed`` carries both, which spares two passes over the rows)."""
+        if ts is not None:
+            lo = hi = ts
+        else:
+            times = list(map(_TS, rows))
+            lo, hi = (min(times), max(times)) if times else (math.inf, -math.inf)
         with self._lock:
             mine = self._by_node.get(node)
             if mine is None:
                 mine = self._by_node[node] = {}
             changed = self._dirty.setdefault(node, set()) if dirty else set()
             newest = self._newest.get(node, -math.inf)
-            if one and times[0] >= newest:
+            if rows and lo == hi >= newest:
                 # One scrape at or after every value the node holds, as live batches are: each row
                 # replaces its series' (as below: on a tie the later point wins), in C. The loop
                 # below was 5 % of the central's GIL time at 480 samples a batch (py-spy).
-                sids = list(map(_SID, rows))
-                mine.update(zip(sids, rows, strict=True))
-                changed.update(sids)
+                ids = sids if len(sids) == len(rows) else list(map(_SID, rows))
+                mine.update(zip(ids, rows, strict=True))
+                changed.update(ids)
             else:
                 for row in rows:
                     old = mine.get(row[0])
                     if old is None or old[1] <= row[1]:  # on a tie the later point wins, as the table did
                         mine[row[0]] = row
                         changed.add(row[0])
-            if times and max(times) > newest:
-                self._newest[node] = max(times)
+            if rows and hi > newest:
+                self._newest[node] = hi
             if dirty and not changed:
                 del self._dirty[node]
 
