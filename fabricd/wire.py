@@ -73,35 +73,35 @@ def _sample_row(s: Sample) -> list[Any]:
 
 
 def _obj_v1(batch: Batch) -> dict[str, Any]:
+    return {**_head(batch, 1), "samples": [_sample_row(s) for s in batch.samples]}
+
+
+def _head(batch: Batch, version: int) -> dict[str, Any]:
+    """A batch's fields of version 1 but its samples."""
     return {
-        "v": 1,
+        "v": version,
         "node": batch.node,
         "agent": batch.agent_version,
         "id": batch.batch_id,
         "ts": batch.created_ts,
-        "samples": [_sample_row(s) for s in batch.samples],
         "health": [[h.collector, h.success, h.duration_seconds, h.ts, h.error, h.readings] for h in batch.health],
     }
 
 
-def _obj_v2(batch: Batch) -> dict[str, Any]:
+def _ordering(batch: Batch) -> dict[str, Any]:
+    """The fields version 2 added."""
     if batch.instance is None or batch.seq is None:
         raise ValueError("a batch of version 2 or later needs instance and seq (made by the Batcher)")
     first, last = event_time_range(batch.samples)
-    return {
-        **_obj_v1(batch),
-        "v": 2,
-        "instance": batch.instance,
-        "seq": batch.seq,
-        "first_ts": first,
-        "last_ts": last,
-    }
+    return {"instance": batch.instance, "seq": batch.seq, "first_ts": first, "last_ts": last}
+
+
+def _obj_v2(batch: Batch) -> dict[str, Any]:
+    return {**_obj_v1(batch), "v": 2, **_ordering(batch)}
 
 
 def _obj_v3(batch: Batch) -> dict[str, Any]:
-    obj = _obj_v2(batch)
-    del obj["samples"]
-    return {**obj, "v": 3, **wire_v3.columns_obj(batch.samples)}
+    return {**_head(batch, 3), **_ordering(batch), **wire_v3.columns_obj(batch.samples)}
 
 
 ENCODERS: dict[int, Callable[[Batch], dict[str, Any]]] = {1: _obj_v1, 2: _obj_v2, 3: _obj_v3}

@@ -42,13 +42,17 @@ _OPTIONAL_FLOAT: frozenset[type] = frozenset({float, type(None)})
 def columns_obj(samples: Sequence[Sample]) -> dict[str, Any]:
     """The ``strings``, ``labels`` and ``columns`` keys of a version 3 batch of ``samples``."""
     ts, source, device, port, counter, name, unit, kind, labels, value, rate, status, since = _columns_of(samples)
-    table: dict[str, int] = {}
-    sets: dict[Labels, int] = {}
     text = dict(zip(STRING_FIELDS, (source, device, port, counter, name, unit, kind, status), strict=True))
-    columns = {field: [table.setdefault(x, len(table)) for x in text[field]] for field in STRING_FIELDS}
+    # Each distinct item numbered in order of first use (``dict.fromkeys`` dedupes in C), then
+    # every column looked up in C: a Python step per distinct string, not per sample.
+    table = {
+        x: i for i, x in enumerate(dict.fromkeys(x for field in STRING_FIELDS for x in dict.fromkeys(text[field])))
+    }
+    sets = {x: i for i, x in enumerate(dict.fromkeys(labels))}
+    columns = {field: list(map(table.__getitem__, text[field])) for field in STRING_FIELDS}
     columns.update(
         ts=list(ts),
-        labels=[sets.setdefault(x, len(sets)) for x in labels],
+        labels=list(map(sets.__getitem__, labels)),
         value=list(value),
         rate=list(rate),
         since=list(since),
@@ -68,11 +72,11 @@ def _columns_of(samples: Sequence[Sample]) -> Sequence[Sequence[Any]]:
     return (
         [s.ts for s in samples],
         *([getattr(r, field) for r in readings] for field in ("source", "device", "port", "counter", "name", "unit")),
-        [r.kind.value for r in readings],
+        [r.kind._value_ for r in readings],  # the enum's plain str: ``.value`` is a descriptor call
         [r.labels for r in readings],
         [r.value for r in readings],
         [s.rate for s in samples],
-        [s.status.value for s in samples],
+        [s.status._value_ for s in samples],
         [s.since for s in samples],
     )
 
