@@ -30,11 +30,6 @@ def labels_of_json(text: str) -> Labels:
     return tuple(sorted(json.loads(text).items())) if text != "{}" else ()
 
 
-def series_key(node: str, key: IdentityKey) -> SeriesKey:
-    source, device, port, counter, labels = key
-    return (node, source, device, port, counter, labels_json(labels))
-
-
 def alias(ids: dict[IdentityKey, int], key: IdentityKey) -> bool:
     """Map an unsorted (or repeated-key) label tuple to its stored series, if there is one."""
     source, device, port, counter, labels = key
@@ -56,7 +51,7 @@ def unresolved(samples: Sequence[Sample], sids: list[int | None]) -> Iterator[tu
     node's first scrape built 480 only for this: 5 % of the central's GIL time, py-spy)."""
     missing = [sid is None for sid in sids]
     if isinstance(samples, SampleColumns):
-        new = samples.where(missing)
+        new = samples if all(missing) else samples.where(missing)  # all of a node's first scrape
         metrics = [name or counter for name, counter in zip(new.name, new.counter, strict=True)]
         return zip(new.identities(), zip(metrics, new.unit, new.kind, strict=True), strict=True)
     readings = [s.reading for s, m in zip(samples, missing, strict=True) if m]

@@ -42,8 +42,8 @@ class Identities:
         for b in batches:
             if b.series and len(cache) + len(b.series) <= IDENTITY_CACHE_MAX:  # else read when needed
                 node = sys.intern(b.node)  # a batch's series are its node's: interned once
-                for sid, _node, *rest in b.series:
-                    cache[sid] = (node, reading(tuple(rest)))
+                for row in b.series:  # (sid, node, *the reading's columns): a slice is the key
+                    cache[row[0]] = (node, reading(row[2:]))
 
     def of(self, ids: set[int]) -> dict[int, Identity]:
         """A mapping that holds every id of ``ids`` that exists; opens a connection only when one

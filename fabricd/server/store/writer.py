@@ -24,11 +24,11 @@ from fabricd.server.store.batchrows import (
     alias,
     health_rows,
     kept_shape,
+    labels_json,
     labels_of_json,
     point_columns,
     point_rows,
     series_ids,
-    series_key,
     shape_of,
     unresolved,
 )
@@ -224,9 +224,12 @@ class GroupCommitWriter:
         (``Identities.committed``) instead of reading them back."""
         batch = job.batch
         fresh: dict[SeriesKey, tuple[IdentityKey, Described]] = {}
+        node, ids = batch.node, known.ids
         for key, described in unresolved(batch.samples, sids):
-            if not alias(known.ids, key):
-                fresh.setdefault(series_key(batch.node, key), (key, described))
+            if key[4] and alias(ids, key):
+                continue
+            # The series' row key (node, identity, label JSON), built inline: a first scrape adds hundreds.
+            fresh.setdefault((node, key[0], key[1], key[2], key[3], labels_json(key[4])), (key, described))
         if not fresh:
             return known, 0
         if known.count + len(fresh) > job.limit:
