@@ -64,7 +64,9 @@ def _requests(keys: dict[str, str]) -> list[tuple[str, str, dict[str, Any]]]:
 
     body, headers = _batch("b1")
     plain = wire.encode(make_batch("node-a", "b2", [ib_sample(1_800_000_000.0)]), wire.JSON, compress=False)
-    huge, huge_headers = encoded(make_batch("node-a", "b3", [ib_sample(float(i)) for i in range(1000)]), gzip=False)
+    many = [ib_sample(float(i), device=f"mlx5_{i}") for i in range(1500)]  # a string each: over 64 KiB
+    huge, huge_headers = encoded(make_batch("node-a", "b3", many), gzip=False)
+    assert len(huge) > 64 * 1024
     return [
         ("stored", "POST", {"content": body, "headers": {**headers, **auth("agent")}}),
         ("duplicate", "POST", {"content": body, "headers": {**headers, **auth("agent")}}),
