@@ -3,11 +3,11 @@
 Versions 1 and 2 carry a sample as a 13-field row. An agent's batch repeats the same few strings
 in every row (``infiniband``, eight devices, sixty counter names), and the central decoded each
 occurrence into a string of its own, then transposed the rows into columns and checked those
-(``wire_columns.columns_of``): at 480 samples a batch, 1.2-1.5 µs of the central's CPU a sample,
-against 0.3-0.5 µs for the same samples as index columns into one string table (in-process,
-2026-12-06; docs/wire-format.md). msgpack decodes an index below 128 to a cached small int, so
-the table's strings are decoded once a batch, and the columns arrive in the shape the store
-reads. The body is 2.5 times smaller too (gzip: 890 bytes against 2,240 for 480 samples).
+(``wire_columns.columns_of``): at 480 samples a batch, 1.2-1.6 µs of the central's CPU a sample,
+against 0.5-0.65 µs for the same samples as index columns into one string table (``wire.decode``
+in-process, alternated, 2026-12-06; docs/wire-format.md). msgpack decodes an index below 128 to a
+cached small int, so the table's strings are decoded once a batch, and the columns arrive in the
+shape the store reads. The body is 2.3 times smaller too (gzip: 951 bytes against 2,236).
 
     "strings": ["infiniband", "mlx5_0", "1", "port_xmit_data", ...],
     "labels": [null, {"priority": "3"}],
