@@ -82,7 +82,8 @@ def shape_of(samples: Sequence[Sample]) -> Shape | None:
 
 def kept_shape(shape: Shape) -> Shape:
     """``shape`` with its strings interned, to be kept for a node: the batch's decoded strings
-    are its own objects (~100 KB a node at 480 samples); interned, every node shares them."""
+    are its own objects (from wire version 2 one a sample and field, ~100 KB a node at 480
+    samples; from version 3 one a distinct string); interned, every node shares them."""
     intern = sys.intern
     source, device, port, counter = (tuple(map(intern, column)) for column in shape[:4])
     labels = shape[4]
