@@ -31,7 +31,7 @@ import msgpack
 
 from fabricd import wire_v3
 from fabricd.model import Batch, CollectorHealth, Kind, Reading, Sample, Status
-from fabricd.wire_columns import SAMPLE_FIELDS, SampleColumns, columns_of
+from fabricd.wire_columns import KINDS, SAMPLE_FIELDS, STATUSES, SampleColumns, columns_of, plain_labels
 from fabricd.wire_errors import TooLarge, UnsupportedVersion, WireError
 
 # The version this fabricd writes (N); it reads N and N-1 at least (``SUPPORTED_VERSIONS``, the
@@ -45,9 +45,6 @@ MSGPACK = "application/msgpack"
 CONTENT_TYPES = (JSON, MSGPACK, "application/x-msgpack")
 # A gzip bomb must not exhaust memory: decompression stops past this many bytes (ingest limit).
 DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
-# Enum lookups by value: a dict hit costs a fraction of ``Kind(x)``'s call into EnumType.__call__.
-_KINDS: dict[str, Kind] = {k.value: k for k in Kind}
-_STATUSES: dict[str, Status] = {s.value: s for s in Status}
 _INF = math.inf
 MAX_INSTANCE = 64
 
@@ -291,7 +288,7 @@ def _samples_from_rows(rows: list[Any]) -> list[Sample]:
     function calls cost more than storing the row.
     """
     out: list[Sample] = []
-    append, kinds, statuses, inf = out.append, _KINDS, _STATUSES, _INF
+    append, kinds, statuses, inf = out.append, KINDS, STATUSES, _INF
     for i, row in enumerate(rows):
         if type(row) is list and len(row) == 13:
             ts, source, device, port, counter, name, unit, kind, labels, value, rate, status, since = row
@@ -306,7 +303,7 @@ def _samples_from_rows(rows: list[Any]) -> list[Sample]:
                 and type(unit) is str
                 and type(kind) is str
                 and type(status) is str
-                and (labels_t := () if labels is None else _plain_labels(labels)) is not None
+                and (labels_t := () if labels is None else plain_labels(labels)) is not None
                 and -inf < ts < inf
                 and -inf < value < inf
                 and (rate is None or (type(rate) is float and -inf < rate < inf))
@@ -320,13 +317,6 @@ def _samples_from_rows(rows: list[Any]) -> list[Sample]:
                 continue
         append(_sample_from_row(i, row))
     return out
-
-
-def _plain_labels(val: Any) -> tuple[tuple[str, str], ...] | None:
-    """``_labels`` for an object of strings; None (take the checked path) for anything else."""
-    if type(val) is dict and all(type(k) is str and type(v) is str for k, v in val.items()):
-        return tuple(sorted(val.items()))
-    return None
 
 
 def _sample_from_row(i: int, row: Any) -> Sample:

@@ -26,11 +26,12 @@ from typing import Any
 from fabricd.lazy_samples import LazySamples
 from fabricd.model import Kind, Labels, Reading, Sample, Status
 
-_KINDS: dict[str, Kind] = {k.value: k for k in Kind}
-_STATUSES: dict[str, Status] = {s.value: s for s in Status}
-_STATUS_TEXT: dict[str, str] = {s.value: s.value for s in Status}
-_FLOAT: frozenset[type] = frozenset({float})
-_OPTIONAL_FLOAT: frozenset[type] = frozenset({float, type(None)})
+# Enum lookups by value: a dict hit costs a fraction of ``Kind(x)``'s call into EnumType.__call__.
+KINDS: dict[str, Kind] = {k.value: k for k in Kind}
+STATUSES: dict[str, Status] = {s.value: s for s in Status}
+STATUS_TEXT: dict[str, str] = {s.value: s.value for s in Status}  # the enum's own string objects
+FLOAT: frozenset[type] = frozenset({float})
+OPTIONAL_FLOAT: frozenset[type] = frozenset({float, type(None)})
 _NO_LABELS: frozenset[type] = frozenset({type(None)})
 
 
@@ -99,7 +100,7 @@ class SampleColumns(LazySamples):
 
     def _build_samples(self) -> list[Sample]:
         """The samples, as the row path builds them."""
-        kinds, statuses = _KINDS, _STATUSES
+        kinds, statuses = KINDS, STATUSES
         return [
             Sample(ts, Reading(src, dev, port, ctr, value, unit, kinds[kind], labels, name), rate, statuses[st], since)
             for ts, src, dev, port, ctr, name, unit, kind, labels, value, rate, st, since in zip(
@@ -132,11 +133,11 @@ def columns_of(rows: list[Any]) -> SampleColumns | None:
             *rows, strict=True
         )
         if not (
-            _exactly(_FLOAT, ts, value)
-            and _exactly(_OPTIONAL_FLOAT, rate, since)
+            _exactly(FLOAT, ts, value)
+            and _exactly(OPTIONAL_FLOAT, rate, since)
             and _strings(source, device, port, counter, name, unit)
-            and _KINDS.keys() >= set(kind)
-            and _STATUSES.keys() >= set(status)
+            and KINDS.keys() >= set(kind)
+            and STATUSES.keys() >= set(status)
             and _finite(ts)
             and _finite(value)
             and _finite(filter(None, rate))
@@ -154,7 +155,7 @@ def columns_of(rows: list[Any]) -> SampleColumns | None:
     # Each status as the one string its enum holds (``Status.value``), as the row path's point rows
     # carry it: the stored rows outlive the batch (the latest values, the tail), and a decoded
     # string per row kept alive, and freed when replaced, cost the writer's listeners half again.
-    statuses = tuple(map(_STATUS_TEXT.__getitem__, status))
+    statuses = tuple(map(STATUS_TEXT.__getitem__, status))
     return SampleColumns(
         (ts_out, source, device, port, counter, name, unit, kind, sorted_labels, value_out, rate, statuses, since)
     )
@@ -185,10 +186,15 @@ def _labels(column: Sequence[Any]) -> tuple[Labels, ...] | None:
         return ((),) * len(column)
     out: list[Labels] = []
     for labels in column:
-        if labels is None:
-            out.append(())
-        elif type(labels) is dict and all(type(k) is str and type(v) is str for k, v in labels.items()):
-            out.append(tuple(sorted(labels.items())))
-        else:
+        plain = () if labels is None else plain_labels(labels)
+        if plain is None:
             return None
+        out.append(plain)
     return tuple(out)
+
+
+def plain_labels(val: Any) -> Labels | None:
+    """An object of strings as ``Reading.labels`` (sorted items); None for anything else."""
+    if type(val) is dict and all(type(k) is str and type(v) is str for k, v in val.items()):
+        return tuple(sorted(val.items()))
+    return None

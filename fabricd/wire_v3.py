@@ -27,16 +27,12 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from fabricd.model import Kind, Labels, Sample, Status
-from fabricd.wire_columns import SAMPLE_FIELDS, SampleColumns
+from fabricd.model import Labels, Sample
+from fabricd.wire_columns import FLOAT, KINDS, OPTIONAL_FLOAT, SAMPLE_FIELDS, STATUS_TEXT, SampleColumns, plain_labels
 from fabricd.wire_errors import WireError
 
 STRING_FIELDS = ("source", "device", "port", "counter", "name", "unit", "kind", "status")
-_KINDS = frozenset(k.value for k in Kind)
-_STATUS_TEXT: dict[str, str] = {s.value: s.value for s in Status}  # the enum's own string objects
 _STR: frozenset[type] = frozenset({str})
-_FLOAT: frozenset[type] = frozenset({float})
-_OPTIONAL_FLOAT: frozenset[type] = frozenset({float, type(None)})
 
 
 def columns_obj(samples: Sequence[Sample]) -> dict[str, Any]:
@@ -98,8 +94,8 @@ def samples_from_obj(obj: dict[str, Any], columnar: bool) -> Sequence[Sample]:
         raise WireError(f"strings[{bad}] must be a string", f"strings[{bad}]")
     table = dict(enumerate(strings))
     text = {field: _lookup(raw[field], table, field, "strings") for field in STRING_FIELDS}
-    _known(text["kind"], _KINDS, "kind")
-    _known(text["status"], _STATUS_TEXT.keys(), "status")
+    _known(text["kind"], KINDS.keys(), "kind")
+    _known(text["status"], STATUS_TEXT.keys(), "status")
     label_sets = {i: _label_set(i, x) for i, x in enumerate(sets)}
     out = SampleColumns(
         (
@@ -108,7 +104,7 @@ def samples_from_obj(obj: dict[str, Any], columnar: bool) -> Sequence[Sample]:
             _lookup(raw["labels"], label_sets, "labels", "labels"),
             _floats(raw["value"], "value"),
             _floats(raw["rate"], "rate", optional=True),
-            tuple(map(_STATUS_TEXT.__getitem__, text["status"])),
+            tuple(map(STATUS_TEXT.__getitem__, text["status"])),
             _floats(raw["since"], "since", optional=True),
         )
     )
@@ -154,10 +150,9 @@ def _known(column: tuple[str, ...], known: Any, field: str) -> None:
 
 
 def _label_set(i: int, val: Any) -> Labels:
-    if val is None:
-        return ()
-    if type(val) is dict and all(type(k) is str and type(v) is str for k, v in val.items()):
-        return tuple(sorted(val.items()))
+    plain = () if val is None else plain_labels(val)
+    if plain is not None:
+        return plain
     raise WireError(f"labels[{i}] must be null or an object of strings", f"labels[{i}]")
 
 
@@ -166,7 +161,7 @@ def _floats(column: list[Any], field: str, optional: bool = False) -> tuple[Any,
     -0.0 into 0.0 as versions 1 and 2 do. Checked whole, by the items' types and a finite sum; a
     NaN, an infinity, an overflow of finite items, an integer or anything else takes the
     item-by-item pass, which converts an integer and names a bad item."""
-    if set(map(type, column)) <= (_OPTIONAL_FLOAT if optional else _FLOAT) and math.isfinite(
+    if set(map(type, column)) <= (OPTIONAL_FLOAT if optional else FLOAT) and math.isfinite(
         sum(filter(None, column), 0.0)
     ):
         if optional or 0.0 not in column:  # ``in`` finds -0.0 too
