@@ -15,6 +15,7 @@ from sqlalchemy import Engine, text
 
 from fabricd.server import db
 from fabricd.server.replica_latest import ReplicaLatest
+from fabricd.server.store import chunks
 from fabricd.server.store import latest as latest_module
 from fabricd.server.store.inventory import Inventory
 from fabricd.server.store.latest_memory import LatestMemory
@@ -225,3 +226,41 @@ def test_memory_keeps_the_newest_point_whether_a_batch_is_one_scrape_or_a_backlo
     assert held("n2") == {4: (T0 - 100, 1.0)} and mem.pending() == 4
     mem.apply("n2", [])
     assert mem.pending() == 4
+
+
+def test_the_flush_writes_a_nodes_stored_chunk_while_memory_holds_exactly_that_batch() -> None:
+    """``LatestMemory.packed`` hands the flush the writer's chunk of a node's last batch when the
+    node's values are that batch's rows, each once, and packs the node's rows otherwise: after a
+    batch of part of its series, a series twice, a backlog taken row by row, or once the chunk
+    was handed out. Either way the packed rows are the node's values."""
+    mem, packs = LatestMemory(), []
+
+    def pack(mine: dict[str, dict[int, tuple]]) -> list[tuple[str, int, bytes]]:
+        packs.append(sorted(mine))
+        return latest_module._packed(mine)  # type: ignore[arg-type]
+
+    def row(sid: int, ts: float, value: float) -> tuple[int, float, float, None, str, None]:
+        return (sid, ts, value, None, "ok", None)
+
+    def scrape(node: str, ts: float, rows: list[tuple]) -> bytes:
+        blob = chunks.pack(rows)[0]
+        mem.apply(node, rows, ts=ts, sids=tuple(r[0] for r in rows), packed=blob)
+        return blob
+
+    def values(got: list[tuple[str, int, bytes]]) -> dict[str, dict[int, float]]:
+        return {node: {r[0]: r[2] for r in chunks.rows(blob, count)} for node, count, blob in got}
+
+    first = scrape("n1", T0, [row(1, T0, 1.0), row(2, T0, 2.0)])
+    other = scrape("n2", T0, [row(3, T0, 3.0)])
+    got = mem.packed(["n2", "n1"], pack)
+    assert [(node, count) for node, count, _ in got] == [("n2", 1), ("n1", 2)] and packs == []
+    assert got[0][2] is other and got[1][2] is first  # the writer's own chunks
+    assert values(mem.packed(["n1"], pack)) == {"n1": {1: 1.0, 2: 2.0}} and packs == [["n1"]]  # handed out once
+    scrape("n1", T0 + 10, [row(1, T0 + 10, 5.0)])  # part of the node's series
+    assert values(mem.packed(["n1"], pack)) == {"n1": {1: 5.0, 2: 2.0}} and packs[-1] == ["n1"]
+    scrape("n1", T0 + 20, [row(1, T0 + 20, 6.0), row(1, T0 + 20, 7.0)])  # a series twice, and part
+    assert values(mem.packed(["n1"], pack)) == {"n1": {1: 7.0, 2: 2.0}} and len(packs) == 3
+    whole = scrape("n1", T0 + 30, [row(2, T0 + 30, 8.0), row(1, T0 + 30, 9.0)])  # every series again
+    mem.apply("n1", [row(2, T0 + 40, 1.0), row(1, T0 + 25, 0.0)])  # then a backlog, row by row
+    got = mem.packed(["n1"], pack)
+    assert got[0][2] is not whole and values(got) == {"n1": {1: 9.0, 2: 1.0}} and len(packs) == 4

@@ -11,9 +11,9 @@ import pytest
 from alembic import command
 from sqlalchemy import Engine, text
 
-from fabricd.model import Batch
+from fabricd.model import Batch, Kind
 from fabricd.server import db
-from fabricd.server.store import sqlite, writer
+from fabricd.server.store import batchrows, new_series, sqlite, writer
 from fabricd.server.store.records import SeriesLimitExceeded
 from fabricd.server.store.storage import Storage
 from fabricd.wire import decode, encode
@@ -131,7 +131,10 @@ def test_a_nodes_batches_of_one_shape_reuse_its_series_ids_and_any_change_resolv
 
     looked_up: list[int] = []  # batches whose ids were looked up one by one, by size
     real = writer.series_ids
-    monkeypatch.setattr(writer, "series_ids", lambda samples, ids: looked_up.append(len(samples)) or real(samples, ids))
+    for module in (writer, new_series):  # the writer's lookup, and the one after adding series
+        monkeypatch.setattr(
+            module, "series_ids", lambda samples, ids: looked_up.append(len(samples)) or real(samples, ids)
+        )
     ingest = store.writer.ingest
     assert ingest(_decoded("n1", "a", scrape(T0, devices), 1), T0, 10).new_series == 3
     assert ingest(_decoded("n1", "b", scrape(T0 + 10, devices), 2), T0 + 10, 10).new_series == 0
@@ -162,6 +165,108 @@ def test_a_nodes_batches_of_one_shape_reuse_its_series_ids_and_any_change_resolv
         expected += [(ts, ("n1", d, labelled if d == "mlx5_1" else plain)) for d in grown]
     assert stored == sorted(expected)
     assert len(series) == 3 + 3 + 1 + 1  # n1's three and one labelled and mlx5_3; n2's three
-    # Looked up: a, n2's a and d twice (before and after adding series), c and c2 once, f once
-    # (refused when adding), g twice; reused: b, e and h.
-    assert looked_up == [3] * 8 + [4] * 3
+    # Looked up: a and n2's a once (each a first scrape: its ids are the inserted ones), c and c2
+    # once, d twice (before and after adding a series to known ones), f once (refused when
+    # adding), g twice; reused: b, e and h.
+    assert looked_up == [3] * 6 + [4] * 3
+
+
+class _Heard:
+    """A writer listener: every ``Committed`` it was handed."""
+
+    def __init__(self) -> None:
+        self.batches: list = []
+
+    def committed(self, batches: list) -> None:
+        self.batches.extend(batches)
+
+
+_SERIES = "SELECT id, node, source, device, port, counter, name, unit, kind, labels FROM series ORDER BY id"
+
+
+def _first_scrape(ts: float) -> list:
+    """A node's first scrape: labelled series (two label sets, given unsorted), one without a
+    metric name (its counter names it), a gauge."""
+    return [
+        ib_sample(ts, device="mlx5_0"),
+        ib_sample(ts, device="mlx5_0", counter="rx_prio3_pause", name="", labels=[("prio", "3"), ("dir", "rx")]),
+        ib_sample(ts, device="mlx5_1", labels=[("b", "2"), ("a", "1")]),
+        ib_sample(ts, device="mlx5_1", counter="link_state", name="", unit="state", kind=Kind.GAUGE, rate=None),
+    ]
+
+
+def test_a_first_scrape_is_stored_and_announced_as_the_row_path_stores_it(tmp_path: Path) -> None:
+    """A node's first scrape, decoded as columns, takes the column-wise path (``first_scrape``);
+    the same batch as a list of samples takes the row path. Both databases must end up with the
+    same series rows, ids, points and announced series rows, and the announced rows must be the
+    table's."""
+    seen = []
+    for columnar in (True, False):
+        engine = db.make_engine(f"sqlite:///{tmp_path / f'{columnar}.db'}")
+        try:
+            db.prepare(engine)
+            store, heard = Storage.open(engine), _Heard()
+            store.writer.subscribe(heard)
+            batch = make_batch("n1", "a", _first_scrape(T0))
+            if columnar:
+                batch = decode(encode(batch), gzipped=True, columnar=True)
+                assert batchrows.first_scrape("n1", batch.samples, [None] * 4) is not None  # the path under test
+            assert store.writer.ingest(batch, T0, 10).new_series == 4
+            with engine.connect() as conn:
+                table = [tuple(r) for r in conn.execute(text(_SERIES))]
+            [committed] = heard.batches
+            assert sorted(committed.series) == table  # (id, node, identity, name, unit, kind, labels)
+            assert committed.sids == (1, 2, 3, 4)
+            seen.append((table, [(sid, ts) for _, sid, ts, *_ in raw_points(engine)]))
+        finally:
+            engine.dispose()
+    assert seen[0] == seen[1]
+    table, points = seen[0]
+    assert [(r[3], r[5], r[6], r[9]) for r in table] == [
+        ("mlx5_0", "port_xmit_data", "port_transmit_data", "{}"),
+        ("mlx5_0", "rx_prio3_pause", "rx_prio3_pause", '{"dir":"rx","prio":"3"}'),
+        ("mlx5_1", "port_xmit_data", "port_transmit_data", '{"a":"1","b":"2"}'),
+        ("mlx5_1", "link_state", "link_state", "{}"),
+    ]
+    assert points == [(1, T0), (2, T0), (3, T0), (4, T0)]
+
+
+def test_a_first_scrape_with_a_series_twice_stores_it_once(engine: Engine) -> None:
+    """Two samples of one series in a node's first batch: not the column-wise path (its ids
+    would be two), one series, both points on it."""
+    db.prepare(engine)
+    store = Storage.open(engine)
+    twice = [ib_sample(T0, device="mlx5_0"), ib_sample(T0, device="mlx5_1"), ib_sample(T0, device="mlx5_0")]
+    batch = _decoded("n1", "a", twice, 1)
+    assert batchrows.first_scrape("n1", batch.samples, [None] * 3) is None
+    assert store.writer.ingest(batch, T0, 10).new_series == 2
+    assert _series(engine) == [(1, "n1", "mlx5_0"), (2, "n1", "mlx5_1")]
+    assert [sid for _, sid, *_ in raw_points(engine)] == [1, 2, 1]
+
+
+def test_a_first_scrape_whose_series_another_writer_stored_meanwhile_takes_its_ids(engine: Engine) -> None:
+    """The writer holds the node as having no series; another writer (a replica) stores one of
+    them before the node's first scrape. That series is an ``ON CONFLICT`` no-op: the batch
+    creates the other two, its point lands on the stored id, and only the two it created are
+    announced."""
+    db.prepare(engine)
+    store, heard = Storage.open(engine), _Heard()
+    store.writer.subscribe(heard)
+    assert store.writer.ingest(make_batch("n1", "empty", []), T0, 10).new_series == 0  # the node, cached empty
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                _ROW + "(50, 'n1', 'infiniband', 'mlx5_1', '1', 'port_xmit_data', '{}', "
+                "'port_transmit_data', 'bytes', 'counter')"
+            )
+        )
+    batch = _decoded("n1", "a", [ib_sample(T0, device=d) for d in ("mlx5_0", "mlx5_1", "mlx5_2")], 2)
+    assert batchrows.first_scrape("n1", batch.samples, [None] * 3) is not None  # the path under test
+    assert store.writer.ingest(batch, T0, 10).new_series == 2
+    assert _series(engine) == [(50, "n1", "mlx5_1"), (51, "n1", "mlx5_0"), (53, "n1", "mlx5_2")]
+    assert [sid for _, sid, *_ in raw_points(engine)] == [51, 50, 53]
+    assert [s[0] for s in heard.batches[-1].series] == [51, 53]
+    assert heard.batches[-1].sids == (51, 50, 53)
+    again = _decoded("n1", "b", [ib_sample(T0 + 10, device=d) for d in ("mlx5_0", "mlx5_1", "mlx5_2")], 3)
+    assert store.writer.ingest(again, T0 + 10, 10).new_series == 0
+    assert [sid for _, sid, *_ in raw_points(engine)][-3:] == [51, 50, 53]

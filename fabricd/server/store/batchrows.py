@@ -9,7 +9,8 @@ import functools
 import json
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from itertools import repeat
+from typing import Any, NamedTuple
 
 from fabricd.model import CollectorHealth, Labels, Sample
 from fabricd.server.store.records import PointRow
@@ -63,6 +64,59 @@ def series_ids(samples: Sequence[Sample], ids: dict[IdentityKey, int]) -> list[i
     if isinstance(samples, SampleColumns):  # the identities' tuples and the lookups in C
         return list(map(get, samples.identities()))
     return [get((r.source, r.device, r.port, r.counter, r.labels)) for s in samples for r in [s.reading]]
+
+
+class FirstScrape(NamedTuple):
+    """A batch whose every sample is a new series (``first_scrape``), as the writer inserts it."""
+
+    keys: list[IdentityKey]  # each sample's identity, in order
+    rows: list[tuple[str, ...]]  # the series rows: node, identity with label JSON, metric, unit, kind
+    # source, device, port, counter, metric, unit, kind, label JSON: a ``SeriesRow`` after id and node
+    columns: tuple[Sequence[str], ...]
+
+
+def first_scrape(node: str, samples: Sequence[Sample], sids: list[int | None]) -> FirstScrape | None:
+    """The new series of a decoded batch whose every sample is a series the node does not have,
+    each once (a node's first scrape), built column by column in C; None for any other batch (the
+    writer's general path: repeats, a mix of known and new series, a list of samples)."""
+    if not isinstance(samples, SampleColumns) or sids.count(None) != len(sids):
+        return None
+    keys = list(samples.identities())
+    if len(set(keys)) != len(keys):
+        return None
+    n = len(keys)
+    # Decoded labels are sorted (``wire_columns``): the batch's keys are the stored identities.
+    labels: Sequence[str] = list(map(labels_json, samples.labels)) if any(samples.labels) else ("{}",) * n
+    metrics = (
+        samples.name
+        if "" not in samples.name
+        else [name or c for name, c in zip(samples.name, samples.counter, strict=True)]
+    )
+    rows = list(
+        zip(
+            repeat(node, n),
+            samples.source,
+            samples.device,
+            samples.port,
+            samples.counter,
+            labels,
+            metrics,
+            samples.unit,
+            samples.kind,
+            strict=True,
+        )
+    )
+    columns = (
+        samples.source,
+        samples.device,
+        samples.port,
+        samples.counter,
+        metrics,
+        samples.unit,
+        samples.kind,
+        labels,
+    )
+    return FirstScrape(keys, rows, columns)
 
 
 # A decoded batch's series identity columns: source, device, port, counter, sorted labels.

@@ -46,9 +46,10 @@ class ChunkSQL:
         rows: Sequence[PointRow],
         columns: PointColumns | None = None,
         width: float | None = None,
-    ) -> None:
+    ) -> bytes | None:
         """The writer's insert of a batch's points: one chunk. The connection's last generated id
-        is then the batch's last point id.
+        is then the batch's last point id. Returns the chunk's packed points when one chunk holds
+        them all (the latest values' flush writes a node's row from them: ``LatestMemory.packed``).
 
         With ``width`` (PostgreSQL's time partitions), a batch whose points span a partition
         boundary (a spooled backlog) is cut into runs that each lie in one partition, so that a
@@ -57,13 +58,14 @@ class ChunkSQL:
         blob, ts_min, ts_max = pack(rows) if columns is None else pack_columns(*columns)
         if width is None or ts_min // width == ts_max // width or self.take_ids is None:
             cur.execute(self.insert, (len(rows), len(rows), node, ts_min, ts_max, blob))
-            return
+            return blob
         cur.execute(self.take_ids, (len(rows),))
         last = int(cur.fetchone()[0])
         first = last - len(rows) + 1
         for start, end in _runs([r[1] // width for r in rows]):
             blob, ts_min, ts_max = pack(rows[start:end])
             cur.execute(self.insert_at, (first + end - 1, end - start, node, ts_min, ts_max, blob))
+        return None
 
     def after(self, cur: Any, cursor: int, limit: int) -> list[Point]:
         """Raw points with ids above ``cursor``, in id order, at most ``limit``."""

@@ -47,7 +47,7 @@ class LatestValues:
     def committed(self, batches: Sequence[Committed]) -> None:
         """The writer's post-commit hook."""
         for b in batches:
-            self._mem.apply(b.node, b.rows, ts=b.ts, sids=b.sids)
+            self._mem.apply(b.node, b.rows, ts=b.ts, sids=b.sids, packed=b.packed)
 
     def values(
         self, node: str | None = None, source: str | None = None, fresh_since: float | None = None
@@ -138,7 +138,7 @@ class LatestValues:
             for i, names in enumerate(groups):
                 # One writer (SQLite): memory is never older than the table (``_merged``), so the
                 # group is packed before the write lock is taken; ingest waits for the write alone.
-                packed = _packed(self._mem.snapshot(names)) if self.db.sql.serial_writes else None
+                packed = self._mem.packed(names, _packed) if self.db.sql.serial_writes else None
                 with self._chunk_cursor() as cur:
                     cur.executemany(self.db.sql.write_latest, self._merged(cur, names) if packed is None else packed)
                     if i == len(groups) - 1:

@@ -61,6 +61,7 @@ class Committed:
     series: Sequence[SeriesRow] = ()  # the series this batch created
     sids: tuple[int, ...] = ()  # the rows' series ids, in order (empty: not given)
     ts: float | None = None  # the event time of every row, when the batch is one scrape (None: unknown)
+    packed: bytes | None = None  # the rows as one chunk (``chunks.pack``), as the writer stored them
 
 
 # How a ``Keep`` reads a series' points (the third item of its entries): left out; a Reading per

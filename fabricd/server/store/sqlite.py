@@ -9,6 +9,7 @@ returned by the node's update.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 from fabricd.server.store.chunk_reads import ChunkSQL
@@ -45,7 +46,7 @@ class ManyRows:
         start, n, changed = 0, len(rows), 0
         while start < n:
             size = min(self.MAX_ROWS, 1 << ((n - start).bit_length() - 1))
-            cur.execute(self.text(size), [x for row in rows[start : start + size] for x in row])
+            cur.execute(self.text(size), list(chain.from_iterable(rows[start : start + size])))
             changed += cur.rowcount
             start += size
         return changed
@@ -71,7 +72,8 @@ class NumberedSeries:
         cur.execute("SELECT coalesce(max(id), 0) + 1 FROM series")
         first = int(cur.fetchone()[0])
         ids = range(first, first + len(rows))
-        if self.insert.changes(cur, [(sid, *row) for sid, row in zip(ids, rows, strict=True)]) == len(rows):
+        # Each row with its id first, in C: the transpose of the rows, then of the columns with the ids.
+        if self.insert.changes(cur, list(zip(ids, *zip(*rows, strict=True), strict=True))) == len(rows):
             return list(ids)
         cur.execute("SELECT id FROM series WHERE id BETWEEN ? AND ?", (first, ids[-1]))
         stored = {sid for (sid,) in cur}

@@ -16,25 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from fabricd.model import Batch
-from fabricd.server.store.batchrows import (
-    Described,
-    IdentityKey,
-    SeriesKey,
-    Shape,
-    alias,
-    health_rows,
-    kept_shape,
-    labels_json,
-    labels_of_json,
-    point_columns,
-    point_rows,
-    series_ids,
-    shape_of,
-    unresolved,
-)
+from fabricd.server.store import new_series
+from fabricd.server.store.batchrows import health_rows, point_columns, point_rows, series_ids, shape_of
 from fabricd.server.store.held import HeldConnection
+from fabricd.server.store.new_series import NodeSeries
 from fabricd.server.store.protocols import CommitListener
-from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesLimitExceeded, SeriesRow
+from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesRow
 from fabricd.server.store.sql import Database
 
 log = logging.getLogger("fabricd.server.store")
@@ -48,7 +35,7 @@ class GroupCommitWriter:
         self.db, self.partition_seconds = db, partition_seconds
         self._queue_lock = threading.Lock()
         self._queue: list[_Job] = []  # batches waiting for the next group commit
-        self._series: dict[str, _NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
+        self._series: dict[str, NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
         self._listeners: list[CommitListener] = []
         self.held = HeldConnection(db.engine)  # one transaction a group, on a connection kept between them
 
@@ -98,7 +85,7 @@ class GroupCommitWriter:
     def _write_together(self, group: list[_Job]) -> bool:
         """True when the group is done (stored, or refused whole: the database failed it, not a
         batch); False when a batch failed it and each must be written alone."""
-        grown: dict[str, _NodeSeries] = {}  # series added by this transaction, cached after commit
+        grown: dict[str, NodeSeries] = {}  # series added by this transaction, cached after commit
         by_batch = False
         try:
             with self.held.transaction() as cur:
@@ -118,7 +105,7 @@ class GroupCommitWriter:
         return True
 
     def _write_alone(self, job: _Job) -> None:
-        grown: dict[str, _NodeSeries] = {}
+        grown: dict[str, NodeSeries] = {}
         try:
             with self.held.transaction() as cur:
                 try:
@@ -139,7 +126,7 @@ class GroupCommitWriter:
         with self.db.write_lock:
             self.held.release()
 
-    def _committed(self, jobs: list[_Job], grown: dict[str, _NodeSeries]) -> None:
+    def _committed(self, jobs: list[_Job], grown: dict[str, NodeSeries]) -> None:
         self._series.update(grown)
         self._announce([_announced(j) for j in jobs if j.rows])
 
@@ -152,7 +139,7 @@ class GroupCommitWriter:
             except Exception:  # the batches are stored: their agents must hear so
                 log.exception("a listener of committed batches failed")
 
-    def _store(self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]) -> None:
+    def _store(self, cur: Any, job: _Job, grown: dict[str, NodeSeries]) -> None:
         job.series = []
         job.result, node_series, job.rows = self._write_batch(cur, job, grown)
         if job.rows:  # the batch's points have the ids up to the connection's last generated one
@@ -168,8 +155,8 @@ class GroupCommitWriter:
         job.result, job.error, job.rows, job.last_point_id = None, exc, [], 0
 
     def _write_batch(
-        self, cur: Any, job: _Job, grown: dict[str, _NodeSeries]
-    ) -> tuple[IngestResult, _NodeSeries | None, list[PointRow]]:
+        self, cur: Any, job: _Job, grown: dict[str, NodeSeries]
+    ) -> tuple[IngestResult, NodeSeries | None, list[PointRow]]:
         """The batch's statements; the node's series if this batch added some, and the point rows.
         The series it creates go to ``job.series``."""
         sql, batch, now = self.db.sql, job.batch, job.now
@@ -192,67 +179,25 @@ class GroupCommitWriter:
         else:
             sids = series_ids(batch.samples, known.ids)
             if None in sids:
-                added, new = self._add_series(cur, job, sids, known)
-                sids = series_ids(batch.samples, added.ids)
+                added, new, sids = new_series.add(cur, sql, batch, job.limit, sids, known, job.series)
             if shape is not None:  # on the node's ids that commit with this batch
                 (added or known).remember(shape, cast(list[int], sids))
         rows: list[PointRow] = []
         if batch.samples:
             resolved = cast(Sequence[int], sids)  # every series resolved above
             rows = point_rows(batch.samples, resolved)
-            sql.chunks.write(cur, batch.node, rows, point_columns(batch.samples, resolved), self.partition_seconds)
+            columns = point_columns(batch.samples, resolved)
+            job.packed = sql.chunks.write(cur, batch.node, rows, columns, self.partition_seconds)
             job.sids = tuple(resolved)
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
-    def _known_series(self, cur: Any, node: str) -> _NodeSeries:
+    def _known_series(self, cur: Any, node: str) -> NodeSeries:
         """The node's series ids, read from the table once per process (ingest is the only writer)."""
         known = self._series.get(node)
         if known is None:
             # Only committed series exist yet in this transaction: safe to cache before commit.
-            known = self._series[node] = self._load_series(cur, node)
+            known = self._series[node] = new_series.load(cur, self.db.sql, node)
         return known
-
-    def _load_series(self, cur: Any, node: str) -> _NodeSeries:
-        cur.execute(self.db.sql.node_series, (node,))
-        ids = {(src, dev, port, ctr, labels_of_json(labels)): sid for sid, src, dev, port, ctr, labels in cur}
-        return _NodeSeries(ids, len(ids))
-
-    def _add_series(self, cur: Any, job: _Job, sids: list[int | None], known: _NodeSeries) -> tuple[_NodeSeries, int]:
-        """Insert the batch's new series (after checking the limit); the node's ids with them, and
-        how many this batch created (not those another replica created meanwhile). The new series'
-        rows, with their ids, go to ``job.series``: the listeners learn their identities from them
-        (``Identities.committed``) instead of reading them back."""
-        batch = job.batch
-        fresh: dict[SeriesKey, tuple[IdentityKey, Described]] = {}
-        node, ids = batch.node, known.ids
-        for key, described in unresolved(batch.samples, sids):
-            if key[4] and alias(ids, key):
-                continue
-            # The series' row key (node, identity, label JSON), built inline: a first scrape adds hundreds.
-            fresh.setdefault((node, key[0], key[1], key[2], key[3], labels_json(key[4])), (key, described))
-        if not fresh:
-            return known, 0
-        if known.count + len(fresh) > job.limit:
-            raise SeriesLimitExceeded(batch.node, job.limit, known.count, len(fresh))
-        stored = self.db.sql.insert_series.run(cur, [(*k, *described) for k, (_, described) in fresh.items()])
-        if None in stored:  # some were another replica's, created meanwhile: the node's series as stored
-            grown = self._load_series(cur, batch.node)
-            grown.ids.update(known.ids)  # keep aliases of unsorted label tuples
-        else:  # each one new: its id came back with it
-            grown = _NodeSeries(dict(known.ids), known.count + len(stored))
-        ids, new = grown.ids, 0
-        for ((node, src, dev, port, ctr, labels), (key, (metric, unit, kind))), sid in zip(
-            fresh.items(), stored, strict=True
-        ):
-            # Without labels the batch's own identity is the stored one; with them, sorted.
-            canonical = key if not key[4] else (src, dev, port, ctr, labels_of_json(labels))
-            if sid is None:
-                sid = ids[canonical]
-            else:
-                new += 1
-            ids[canonical] = ids[key] = sid  # a new series' own unsorted tuple too
-            job.series.append((sid, node, src, dev, port, ctr, metric, unit, kind, labels))
-        return grown, new
 
 
 class _Refused(Exception):
@@ -273,23 +218,7 @@ class _Job:
     last_point_id: int = 0  # id of the batch's last point (its points' ids are consecutive)
     series: list[SeriesRow] = field(default_factory=list)  # the series it created, with their ids
     sids: tuple[int, ...] = ()  # the rows' series ids
-
-
-@dataclass(slots=True)
-class _NodeSeries:
-    """One node's series ids by identity, and how many series the node has in the table.
-
-    The labels part of the key is the reading's own tuple; a tuple that is not sorted is added as an
-    alias of the sorted one (``_alias``), so ``count`` and not ``len(ids)`` is the series count."""
-
-    ids: dict[IdentityKey, int]
-    count: int
-    shape: Shape | None = None  # the identity columns of the node's last decoded batch
-    shape_sids: tuple[int, ...] = ()  # their series ids, in order
-
-    def remember(self, shape: Shape, sids: list[int]) -> None:
-        """Keep ``shape`` (interned: ``kept_shape``) and its ids for the node's next batch."""
-        self.shape, self.shape_sids = kept_shape(shape), tuple(sids)
+    packed: bytes | None = None  # the rows' chunk as stored, when one chunk holds them
 
 
 def _announced(job: _Job) -> Committed:
@@ -297,4 +226,4 @@ def _announced(job: _Job) -> Committed:
     the batch says it is one scrape (``first_ts == last_ts``, checked by ``wire.decode``)."""
     b = job.batch
     one = b.first_ts if b.first_ts is not None and b.first_ts == b.last_ts else None
-    return Committed(b.node, job.rows, job.last_point_id, job.series, job.sids, one)
+    return Committed(b.node, job.rows, job.last_point_id, job.series, job.sids, one, job.packed)
