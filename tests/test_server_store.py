@@ -833,6 +833,10 @@ def test_nodes_with_the_same_series_share_one_identity_reading_and_the_readings_
         ("infiniband", f"mlx5_{k}", "1", "port_xmit_data", "port_transmit_data", "bytes", "counter", "{}")
         for k in range(3)
     ]
+    several = identities.Readings()  # a batch's at once: found, made, and one twice
+    cached = several.of(columns[0])
+    got = several.many([columns[1], columns[0], columns[1]])
+    assert got[1] is cached and got[0] is got[2] is several.of(columns[1]) and got[0].device == "mlx5_1"
     first = readings.of(columns[0])
     assert readings.of(columns[0]) is first
     readings.of(columns[1])

@@ -4,6 +4,7 @@ drops the node index the unique identity index already covers."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,3 +271,20 @@ def test_a_first_scrape_whose_series_another_writer_stored_meanwhile_takes_its_i
     again = _decoded("n1", "b", [ib_sample(T0 + 10, device=d) for d in ("mlx5_0", "mlx5_1", "mlx5_2")], 3)
     assert store.writer.ingest(again, T0 + 10, 10).new_series == 0
     assert [sid for _, sid, *_ in raw_points(engine)][-3:] == [51, 50, 53]
+
+
+def test_equal_shapes_of_two_nodes_are_kept_as_one_interned_tuple() -> None:
+    """``kept_shape``: two nodes' batches decode their strings as their own objects; what the
+    writer keeps for them is one tuple, its strings interned, so a fleet pays for its shape once."""
+
+    def shape(node: str) -> batchrows.Shape:
+        batch = _decoded(node, "a", [ib_sample(T0, device=d) for d in ("mlx5_0", "mlx5_1")], 1)
+        got = batchrows.shape_of(batch.samples)
+        assert got is not None
+        return got
+
+    one, two = shape("k1"), shape("k2")
+    assert one == two and one[1][0] is not two[1][0]  # equal, each batch its own strings
+    kept = batchrows.kept_shape(one)
+    assert batchrows.kept_shape(two) is kept and kept == one
+    assert kept[1][0] is sys.intern("mlx5_0")

@@ -17,7 +17,7 @@ from typing import Any
 from fabricd.detect.engine import DetectionEngine
 from fabricd.model import Kind, Reading
 from fabricd.scrape_rows import ScrapeRows
-from fabricd.server.store.plans import deliveries, read_back
+from fabricd.server.store.plans import Chunk, deliveries, planned, read_back
 from fabricd.server.store.records import Delivery, Keep, PointRow
 
 T0 = 1_800_000_000.0
@@ -129,3 +129,43 @@ def test_without_a_keep_every_sample_is_built_point_by_point() -> None:
     got = read_back(rows, IDENTS, None)
     assert key(got) == key(deliveries(rows, IDENTS)) and all(type(d.samples) is list for d in got)
     assert read_back([], IDENTS, Keep(None)) == []
+
+
+def shared_identities() -> dict[int, tuple[str, Reading]]:
+    """As ``identities``, with one reading object per distinct identity whatever its node, as
+    ``Identities`` gives them (``Readings``); n3 sends its devices in the other order."""
+    one: dict[tuple[str, str], Reading] = {}
+    out: dict[int, tuple[str, Reading]] = {}
+    sid = 1
+    for node in NODES:
+        for device in DEVICES if node != "n3" else DEVICES[::-1]:
+            for counter, name, kind in SERIES:
+                reading = Reading("infiniband", device, "1", counter, 0.0, "packets", kind, (), name)
+                out[sid] = (node, one.setdefault((device, counter), reading))
+                sid += 1
+    return out
+
+
+def test_nodes_whose_series_have_the_same_identities_share_one_layout() -> None:
+    """Nodes with the same readings in the same order get one layout object, so the detectors
+    compile one program for the fleet; a node with its series in another order gets its own.
+    Either way in: rows read back (learned row by row, ``_runs``) and the tail's batches (a
+    node's first batch learned in bulk, ``plans._learned``). The deliveries and what the reader
+    learned are what the point-by-point path gives and learns."""
+    idents = shared_identities()
+    rng = random.Random(11)
+    chunks = []
+    for node in NODES:
+        mine = [(sid, T0, rng.uniform(0, 1e9), 1.0, "ok", None) for sid, (owner, _) in idents.items() if owner == node]
+        chunks.append(Chunk(node, mine, tuple(r[0] for r in mine), T0))
+    rows = [row for c in chunks for row in c.rows]
+    reference = Keep(DetectionEngine().inputs(), rates_only=True)
+    want = key(deliveries(rows, idents, reference))
+    for read in (lambda keep: read_back(rows, idents, keep), lambda keep: planned(chunks, idents, keep)):
+        keep = Keep(reference.inputs, rates_only=True)
+        assert key(read(keep)) == want
+        assert keep.known == reference.known  # every series learned, as one by one
+        layouts = [keep.plans[node].layout for node in NODES]
+        assert layouts[0] is layouts[1] is layouts[2] and layouts[3] is not layouts[0]
+        assert len(keep.layouts) == 2
+        assert [len(layout.kept) for layout in layouts] == [6, 6, 6, 6]  # vl15_dropped left out

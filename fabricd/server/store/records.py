@@ -86,6 +86,7 @@ class Keep:
         # series id -> (node, identity, SKIP | BUILD | SHARE): one lookup a point instead of two
         self.known: dict[int, tuple[str, Reading, int]] = {}
         self.plans: dict[str, Any] = {}  # node -> its batches' ``plans.Plan``
+        self.layouts: dict[tuple[int, ...], Any] = {}  # the readings' ids -> ``plans.Shared``
 
     def learn(self, sid: int, idents: Mapping[int, tuple[str, Reading]]) -> tuple[str, Reading, int] | None:
         """The series' entry, or None if it does not exist."""
@@ -95,11 +96,14 @@ class Keep:
         if len(self.known) >= KEEP_MAX:
             self.known.clear()
         node, b = ident
-        how = SKIP
-        if self.inputs is None or reads(self.inputs, b):
-            how = SHARE if self.rates_only and b.kind is Kind.COUNTER else BUILD
-        entry = self.known[sid] = (node, b, how)
+        entry = self.known[sid] = (node, b, self.how(b))
         return entry
+
+    def how(self, b: Reading) -> int:
+        """How the reader reads the points of the series whose identity is ``b``."""
+        if self.inputs is None or reads(self.inputs, b):
+            return SHARE if self.rates_only and b.kind is Kind.COUNTER else BUILD
+        return SKIP
 
 
 class Delivery(NamedTuple):
