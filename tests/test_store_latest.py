@@ -20,6 +20,7 @@ from fabricd.server.store import latest as latest_module
 from fabricd.server.store.inventory import Inventory
 from fabricd.server.store.latest_memory import LatestMemory
 from fabricd.server.store.storage import Storage
+from fabricd.wire import decode, encode
 from tests.helpers import skip_or_fail
 from tests.support.points import written_latest
 from tests.support.server import backend_url, ib_sample, make_batch, pg_reachable
@@ -264,3 +265,50 @@ def test_the_flush_writes_a_nodes_stored_chunk_while_memory_holds_exactly_that_b
     mem.apply("n1", [row(2, T0 + 40, 1.0), row(1, T0 + 25, 0.0)])  # then a backlog, row by row
     got = mem.packed(["n1"], pack)
     assert got[0][2] is not whole and values(got) == {"n1": {1: 9.0, 2: 1.0}} and len(packs) == 4
+
+
+def test_the_stored_chunk_is_kept_for_sqlites_flush_alone_and_the_flush_writes_it(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the writer: on SQLite a node's flush writes its last stored chunk when the batch
+    held all its series (nothing packed again) and packs its values after a batch of part of
+    them; PostgreSQL's flush merges each node with its stored row and packs it, so its memory
+    keeps no chunk. The table holds the node's values either way."""
+    db.prepare(engine)
+    store = Storage.open(engine)
+    store.latest.load()  # as the service does at start-up (``app.py``), before any batch
+    sqlite = engine.dialect.name == "sqlite"
+    packs: list[list[str]] = []
+    real = latest_module._packed
+
+    def pack(mine: dict[str, dict[int, tuple]]) -> list[tuple[str, int, bytes]]:
+        packs.append(sorted(mine))
+        return real(mine)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(latest_module, "_packed", pack)
+
+    def scrape(batch_id: str, ts: float, rates: dict[str, float], seq: int) -> dict[int, float]:
+        samples = [ib_sample(ts, device=d, rate=r) for d, r in rates.items()]
+        store.writer.ingest(
+            decode(encode(make_batch("n1", batch_id, samples, seq=seq)), gzipped=True, columnar=True), ts, 10
+        )
+        store.latest.flush()
+        with engine.connect() as conn:
+            return {sid: row[3] for sid, row in written_latest(conn).items()}
+
+    assert scrape("a", T0, {"mlx5_0": 1.0, "mlx5_1": 2.0}, 1) == {1: 1.0, 2: 2.0}
+    assert packs == ([] if sqlite else [["n1"]])
+    assert scrape("b", T0 + 10, {"mlx5_0": 3.0}, 2) == {1: 3.0, 2: 2.0}  # part of its series
+    assert packs[-1] == ["n1"]
+    store.writer.ingest(
+        decode(
+            encode(make_batch("n1", "c", [ib_sample(T0 + 20, device=d) for d in ("mlx5_0", "mlx5_1")], seq=3)),
+            gzipped=True,
+            columnar=True,
+        ),
+        T0 + 20,
+        10,
+    )
+    before = len(packs)
+    store.latest._mem.packed(["n1"], pack)  # what memory holds for the flush
+    assert len(packs) == before + (0 if sqlite else 1)

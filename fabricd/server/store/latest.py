@@ -46,8 +46,11 @@ class LatestValues:
 
     def committed(self, batches: Sequence[Committed]) -> None:
         """The writer's post-commit hook."""
+        # The stored chunk is kept for SQLite's flush alone (``LatestMemory.packed``): PostgreSQL's
+        # merges each node with its stored row first, and would only hold the chunks.
+        serial = self.db.sql.serial_writes
         for b in batches:
-            self._mem.apply(b.node, b.rows, ts=b.ts, sids=b.sids, packed=b.packed)
+            self._mem.apply(b.node, b.rows, ts=b.ts, sids=b.sids, packed=b.packed if serial else None)
 
     def values(
         self, node: str | None = None, source: str | None = None, fresh_since: float | None = None
