@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 from fabricd.model import Batch
 from fabricd.server.store.batchrows import (
@@ -104,9 +104,10 @@ def _add_columns(
     if None in stored:  # some were another replica's, created meanwhile: their ids as stored
         out.extend(row for row in listed if row[0] is not None)
         return grown, len(stored) - stored.count(None), series_ids(batch.samples, grown.ids)
-    grown.ids.update(zip(first.keys, stored, strict=True))
+    ids = cast(list[int], stored)  # every one stored by this batch
+    grown.ids.update(zip(first.keys, ids, strict=True))
     out.extend(listed)
-    return grown, len(stored), list(stored)
+    return grown, len(ids), list(ids)
 
 
 def _check_limit(node: str, limit: int, known: NodeSeries, new: int) -> None:

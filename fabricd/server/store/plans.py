@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress, groupby
 from operator import itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from fabricd.model import Reading, Sample, Status
 from fabricd.scrape_rows import STATUSES, Layout, ScrapeRows
@@ -144,9 +144,10 @@ def _plan(sids: tuple[int, ...], idents: Mapping[int, Identity], keep: Keep) -> 
     program for them (``fabricd.detect.absorb.Programs``). A node's first batch is learned in
     bulk (``_learned``): one by one, and a layout a node, that was 10 % of the central's GIL time
     over a fleet's first scrape (py-spy, 1,000 nodes of 480 series, 2026-12-06)."""
-    entries = list(map(keep.known.get, sids))
-    if None in entries:
+    found = list(map(keep.known.get, sids))
+    if None in found:
         return _learned(sids, idents, keep)
+    entries = cast(list[tuple[str, Reading, int]], found)
     owners = set(map(_OWNER, entries))
     if len(owners) != 1:
         return None
