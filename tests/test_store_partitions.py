@@ -50,6 +50,11 @@ def where(engine: Engine) -> dict[int, str]:
     return {i: str(t) for last, count, t in chunks for i in range(last - count + 1, last + 1)}
 
 
+def last_point(engine: Engine, node: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT last_point_id FROM nodes WHERE name = :n"), {"n": node}).scalar_one())
+
+
 def names(engine: Engine, parent: partitions.Parent = partitions.CHUNKS) -> list[str]:
     with engine.connect() as conn:
         return [p.name for p in partitions.partitions(conn, parent)]
@@ -118,6 +123,11 @@ def test_no_point_is_lost_or_misplaced_at_a_partition_boundary(engine: Engine) -
     # Read back whole through the parent, by series and time and by the stream.
     deliveries, cursor = store.stream.read(0, limit=100)
     assert [s.ts for d in deliveries for s in d.samples] == times and cursor == 5
+    # The node records its batch's last point id, split in runs (``update`` after the chunks) or
+    # one chunk (``insert_marking``: the chunk and the node in one statement).
+    assert last_point(engine, "n1") == 5
+    store_points(store, "n1", [edge + 10], "one")
+    assert last_point(engine, "n1") == 6 and sorted(where(engine)) == [1, 2, 3, 4, 5, 6]
 
 
 def test_retention_drops_whole_partitions_and_deletes_no_row(engine: Engine) -> None:

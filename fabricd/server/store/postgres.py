@@ -153,6 +153,11 @@ CHUNKS = ChunkSQL(
     binary=True,
     take_ids="SELECT fabricd_point_ids(%s)",
     insert_at=f"INSERT INTO {TABLE} (id, count, node, ts_min, ts_max, points) VALUES (%s, %s, %s, %s, %s, %b)",
+    # The chunk's id is its last point's: the node's ``last_point_id`` (the claim upserted the node
+    # row earlier in the transaction, so the update finds it).
+    insert_marking=f"WITH c AS (INSERT INTO {TABLE} (id, count, node, ts_min, ts_max, points) VALUES "
+    "(fabricd_point_ids(%s), %s, %s, %s, %s, %b) RETURNING id) "
+    "UPDATE nodes SET last_point_id = c.id FROM c WHERE nodes.name = %s RETURNING c.id",
 )
 
 STATEMENTS = statements(

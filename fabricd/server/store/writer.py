@@ -142,9 +142,6 @@ class GroupCommitWriter:
     def _store(self, cur: Any, job: _Job, grown: dict[str, NodeSeries]) -> None:
         job.series = []
         job.result, node_series, job.rows = self._write_batch(cur, job, grown)
-        if job.rows:  # the batch's points have the ids up to the connection's last generated one
-            cur.execute(self.db.sql.node_last_point, (job.batch.node,))
-            job.last_point_id = int(cur.fetchone()[0])
         if node_series is not None:
             grown[job.batch.node] = node_series
 
@@ -187,7 +184,10 @@ class GroupCommitWriter:
             resolved = cast(Sequence[int], sids)  # every series resolved above
             rows = point_rows(batch.samples, resolved)
             columns = point_columns(batch.samples, resolved)
-            job.packed = sql.chunks.write(cur, batch.node, rows, columns, self.partition_seconds)
+            # The batch's points have the ids up to its last, which the node records.
+            job.packed, job.last_point_id = sql.chunks.write_marked(
+                cur, batch.node, rows, sql.node_last_point, columns, self.partition_seconds
+            )
             job.sids = tuple(resolved)
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
