@@ -71,7 +71,7 @@ class JoinedSeries:
     savepoint; ``ON CONFLICT`` (``fallback``) where that fails or cannot be used.
 
     Two costs of ``ReturnedSeries`` on a fleet's first scrape, measured on PostgreSQL 15 (480
-    series a node, 500 nodes, Intel Xeon, 2026-12-07; ``docs/storage.md``): ``ON CONFLICT DO
+    series a node, 500 nodes, AMD EPYC, 2026-12-07; ``docs/storage.md``): ``ON CONFLICT DO
     NOTHING`` checks the unique index before each insert and inserts speculatively (16-18 µs of
     the server's CPU a series, 11-12 without it), and psycopg dumps a ``text[]`` in Python (2.3 µs
     of the client's CPU a series for nine arrays, against 0.3 for nine ``str.join``). So the
