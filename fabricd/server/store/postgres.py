@@ -72,7 +72,7 @@ class JoinedSeries:
 
     Two costs of ``ReturnedSeries`` on a fleet's first scrape, measured on PostgreSQL 15 (480
     series a node, 500 nodes, AMD EPYC, 2026-12-07; ``docs/storage.md``): ``ON CONFLICT DO
-    NOTHING`` checks the unique index before each insert and inserts speculatively (16-18 µs of
+    NOTHING`` checks the unique index before each insert and inserts speculatively (14-18 µs of
     the server's CPU a series, 11-12 without it), and psycopg dumps a ``text[]`` in Python (2.3 µs
     of the client's CPU a series for nine arrays, against 0.3 for nine ``str.join``). So the
     columns go as one text each, split by ``string_to_array`` on the server; the ids are taken from
@@ -84,7 +84,8 @@ class JoinedSeries:
     them PostgreSQL's snapshots overflow their subtransaction cache and every session's reads slow
     down. A group commit holds at most one batch per thread of the ingest pool (40), so
     ``MAX_SAVEPOINTS`` a transaction is only a guard. Small additions (a counter that appears on
-    a known node) take ``fallback``: the two extra round trips cost more than they save there.
+    a known node) take ``fallback``: the three extra statements (ids, savepoint, release) cost
+    more than they save there.
     """
 
     SEPARATOR = "\x1f"  # ASCII unit separator; a column holding one takes ``fallback``
