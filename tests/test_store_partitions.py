@@ -23,7 +23,7 @@ from fabricd.server.store.maintenance import downsample
 from fabricd.server.store.storage import Storage
 from tests.helpers import skip_or_fail
 from tests.support.points import raw_points
-from tests.support.server import ib_sample, make_batch, pg_reachable, pg_schema
+from tests.support.server import ib_sample, make_batch, pg_engine, pg_reachable
 
 pytestmark = pytest.mark.postgres
 
@@ -35,12 +35,8 @@ T0 = 1_800_000_000.0  # a multiple of W: partition starts fall on T0 + k * W
 def engine() -> Iterator[Engine]:
     if not pg_reachable():
         skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
-    with pg_schema() as url:
-        e = db.make_engine(url)
-        try:
-            yield e
-        finally:
-            e.dispose()
+    with pg_engine() as e:
+        yield e
 
 
 def where(engine: Engine) -> dict[int, str]:

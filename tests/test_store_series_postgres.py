@@ -5,6 +5,7 @@ case must store exactly what the ``ON CONFLICT`` path stores, with the ids the t
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from fabricd.server.store.storage import Storage
 from fabricd.wire import decode, encode
 from tests.helpers import skip_or_fail
 from tests.support.points import raw_points
-from tests.support.server import ib_sample, make_batch, pg_reachable, pg_schema
+from tests.support.server import ib_sample, make_batch, pg_engine, pg_reachable
 
 pytestmark = pytest.mark.postgres
 
@@ -30,13 +31,9 @@ _SERIES = "SELECT id, node, source, device, port, counter, labels, name, unit, k
 def engine() -> Iterator[Engine]:
     if not pg_reachable():
         skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
-    with pg_schema() as url:
-        e = db.make_engine(url)
+    with pg_engine() as e:
         db.prepare(e)
-        try:
-            yield e
-        finally:
-            e.dispose()
+        yield e
 
 
 class _Counted:
@@ -119,8 +116,7 @@ def test_a_series_another_replica_stored_meanwhile_rolls_back_to_the_savepoint_o
     ``ON CONFLICT`` path stores b's other series. a's rows, written before the savepoint, stay."""
     counted = _Counted()
     writer = postgres.JoinedSeries(counted)
-    raw = engine.raw_connection()
-    try:
+    with contextlib.closing(engine.raw_connection()) as raw:
         cur = raw.cursor()
         a_ids = writer.run(cur, _rows("a"))
         with engine.begin() as other:
@@ -132,8 +128,6 @@ def test_a_series_another_replica_stored_meanwhile_rolls_back_to_the_savepoint_o
             )
         b_ids = writer.run(cur, _rows("b"))
         raw.commit()
-    finally:
-        raw.close()
     assert counted.calls == 1
     table = _table(engine)
     assert len(table) == 160
@@ -150,13 +144,10 @@ def test_a_separator_in_a_value_or_a_small_addition_takes_the_on_conflict_path(e
     writer = postgres.JoinedSeries(counted)
     hostile = _rows("n1", device="mlx5\x1f{}")
     small = _rows("n2", devices=1)
-    raw = engine.raw_connection()
-    try:
+    with contextlib.closing(engine.raw_connection()) as raw:
         cur = raw.cursor()
         hostile_ids, small_ids = writer.run(cur, hostile), writer.run(cur, small)
         raw.commit()
-    finally:
-        raw.close()
     assert counted.calls == 2
     table = _table(engine)
     assert hostile_ids == [table[row] for row in hostile]
@@ -172,16 +163,13 @@ def test_past_the_savepoint_cap_a_transaction_takes_the_on_conflict_path(
     monkeypatch.setattr(postgres.JoinedSeries, "MAX_SAVEPOINTS", 2)
     counted = _Counted()
     writer = postgres.JoinedSeries(counted)
-    raw = engine.raw_connection()
-    try:
+    with contextlib.closing(engine.raw_connection()) as raw:
         cur = raw.cursor()
         ids = [writer.run(cur, _rows(node)) for node in ("a", "b", "c")]
         raw.commit()
         assert counted.calls == 1
         ids.append(writer.run(raw.cursor(), _rows("d")))
         raw.commit()
-    finally:
-        raw.close()
     assert counted.calls == 1
     table = _table(engine)
     assert len(table) == 320

@@ -25,6 +25,8 @@ from fabricd import wire
 from fabricd.model import Batch, CollectorHealth, Kind, Reading, Sample, Status
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from fabricd.server.store.storage import Storage
 
 PG_ADMIN_URL = os.environ.get("FABRICD_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -164,6 +166,19 @@ def pg_schema() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sqlalchemy.text(f'DROP SCHEMA "{name}" CASCADE'))
         admin.dispose()
+
+
+@contextlib.contextmanager
+def pg_engine() -> Iterator[Engine]:
+    """An engine on a fresh schema of the test PostgreSQL (``pg_schema``), disposed after."""
+    from fabricd.server import db
+
+    with pg_schema() as url:
+        engine = db.make_engine(url)
+        try:
+            yield engine
+        finally:
+            engine.dispose()
 
 
 @contextlib.contextmanager
