@@ -428,3 +428,71 @@ def test_noise_riding_on_another_leafs_lossy_uplink_is_not_a_second_incident() -
     assert sorted(x.element for x in inc.candidates) == ["leaf-02~spine-01", "leaf-02~spine-02"]
     # pairs between leaf-02 and leaf-03 through the fault are its evidence, whichever leaf took them
     assert {"node-006|node-011", "node-011|node-006"} <= set(inc.affected)
+
+
+def _lab_host_case(lossy: Callable[[int, str, str], bool], seed: int, **params: float) -> list[Incident]:
+    """The lab's shape, untraced: each pair through the fault (``lossy(step, src, dst)``) loses each
+    of a scrape's 10 probes with 5 % chance, and ``node-005`` to ``node-006`` (below their leaf) loses
+    a stray probe in a fifth of the scrapes from the fifth on (a saturated machine's)."""
+    c = Cluster(LAB_NODES, hcas=1, probe_peers={n: [p for p in LAB_NODES if p != n] for n in LAB_NODES})
+    draw = random.Random(seed)
+    seen: dict[tuple[float, str, str], tuple[float, float]] = {}
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        if (ts, src, dst) not in seen:
+            k = step(ts, c)
+            lost = sum(draw.random() < 0.05 for _ in range(10)) if lossy(k, src, dst) else 0
+            lost += 1 if k >= 4 and (src, dst) == ("node-005", "node-006") and draw.random() < 0.2 else 0
+            seen[(ts, src, dst)] = (lost / 10, 20e-6)
+        return seen[(ts, src, dst)]
+
+    e = DetectionEngine()
+    e.set_topology(LAB)  # no path oracle: untraced
+    e.rules.params.update(params)
+    return replay(e, c.rounds(35, pairs=pairs))
+
+
+def test_a_host_whose_pairs_hashed_onto_a_lossy_uplink_is_not_a_lossy_host_link() -> None:
+    """A routed-lab CI run, untraced: loss on ``ib-leaf-4``'s egress to a spine opened
+    ``gpu-b01/eth0~ib-leaf-4`` beside ``ib-leaf-4``. Most of gpu-b01's pairs to other leaves had
+    hashed onto that spine; they fired first and the host link won the greedy cover, on 22 pairs at
+    exactly the guard's half, while 1 of its 6 pairs below the leaf was lossy (a stray probe).
+    Here ``node-005``'s pairs to other leaves all cross ``leaf-02~spine-02`` but one, and in this
+    fixed draw the host link opens first without ``fabricd/detect/below.py`` (its significance at 0):
+    its pairs below the leaf are too healthy for a lossy link, so it waits, and its pairs go to the
+    leaf's uplinks."""
+
+    def spine(src: str, dst: str) -> int:
+        if "node-005" in (src, dst):
+            return 1 if (src, dst) == ("node-005", "node-003") else 2
+        return spine_of(int(src[-3:]), int(dst[-3:]), 2)
+
+    def through_fault(k: int, src: str, dst: str) -> bool:
+        crossing = LAB_LEAF[src] != LAB_LEAF[dst] and "leaf-02" in (LAB_LEAF[src], LAB_LEAF[dst])
+        return 10 <= k < 30 and crossing and spine(src, dst) == 2
+
+    host_link = (IncidentKind.PACKET_LOSS, "node-005/mlx5_0~leaf-02")
+    unchecked = _lab_host_case(through_fault, seed=13, loss_below_leaf_significance=0.0)
+    assert sorted(set(opened(unchecked))) == [(IncidentKind.PACKET_LOSS, "leaf-02"), host_link]
+    changes = _lab_host_case(through_fault, seed=13)
+    assert sorted(set(opened(changes))) == [(IncidentKind.PACKET_LOSS, "leaf-02")]
+    inc = changes[-1]
+    assert (inc.element, inc.ambiguous) == ("leaf-02", True)
+    assert sorted(x.element for x in inc.candidates) == ["leaf-02~spine-01", "leaf-02~spine-02"]
+    to_other_leaves = {f"node-005|{n}" for n in LAB_NODES if LAB_LEAF[n] != "leaf-02" and n != "node-003"}
+    assert to_other_leaves <= set(inc.affected)
+
+
+def test_a_lossy_host_link_loses_its_pairs_below_the_leaf_too_and_opens() -> None:
+    """The same host's own link lossy: its pairs below the leaf lose as its others do, and it opens
+    on that link and nothing else, in the same scrape as without the check in this draw."""
+
+    def at_host(k: int, src: str, dst: str) -> bool:
+        return 10 <= k < 30 and "node-005" in (src, dst)
+
+    def first_opened(changes: list[Incident]) -> float:
+        return min(i.timeline[-1][0] for i in changes if i.state is IncidentState.OPEN)
+
+    changes = _lab_host_case(at_host, seed=13)
+    assert sorted(set(opened(changes))) == [(IncidentKind.PACKET_LOSS, "node-005/mlx5_0~leaf-02")]
+    assert first_opened(changes) == first_opened(_lab_host_case(at_host, seed=13, loss_below_leaf_significance=0.0))

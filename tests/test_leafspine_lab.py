@@ -405,7 +405,10 @@ def test_a_fault_on_one_uplink_is_one_incident_on_that_link(lab: Lab, fault: Fau
 # host on a cable). Every run since both changes passed: 4 fresh-clone CI runs, 5 local ones. The
 # fifth CI run named ib-leaf-4 itself for the loss: on its saturated cores 2 of the 12 pairs below
 # the leaf lost a probe or two a minute (lossy pairs all weigh 1, so no strength set them apart);
-# pairs below a switch are now also noise when a far smaller share of them is bad.
+# pairs below a switch are now also noise when a far smaller share of them is bad. A CI run (at
+# a326e81) opened gpu-b01's host link beside ib-leaf-4 for the loss: most of gpu-b01's pairs to
+# other leaves hashed onto the lossy spine and fired first; its pairs below the leaf now have to
+# elect its link too (fabricd/detect/below.py, tests/test_detect_loss.py).
 @pytest.mark.parametrize("fault", [pytest.param(CONGESTION, id="congestion"), pytest.param(LOSS, id="loss")])
 def test_without_path_tracing_the_fault_is_ambiguous_among_the_leafs_uplinks(lab: Lab, fault: Fault) -> None:
     if lab.tracing:

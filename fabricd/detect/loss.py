@@ -22,8 +22,11 @@ a new one elsewhere on the path.
 
 from __future__ import annotations
 
+from functools import partial
+
 from fabricd.detect.background import no_worse_than_elsewhere
 from fabricd.detect.base import PAIR_SIGNALS, EvalContext, by_leaf, spread
+from fabricd.detect.below import beyond_leaf
 from fabricd.detect.incidents import Proposal
 from fabricd.detect.network import Evidence3, PairGuard, cluster_network
 from fabricd.model import IncidentKind
@@ -99,11 +102,14 @@ def _loss(ctx: EvalContext) -> list[Proposal]:
             return []
         weak = [f for f in found if f.signal in WEAK]
         return by_leaf(ctx, IncidentKind.PACKET_LOSS, weak, "(or one of its uplinks) is dropping packets")
+    min_pairs, consistency = int(ctx.param("loss_min_pairs", 2)), ctx.param("loss_consistency", 0.5)
     guard = PairGuard(
-        int(ctx.param("loss_min_pairs", 2)),
-        ctx.param("loss_consistency", 0.5),
+        min_pairs,
+        consistency,
         LOSS_PLACES,
         marked_consistency=ctx.param("loss_consistency_corroborated", 0.25),
+        # a host link's pairs to other leaves may all have hashed onto one lossy uplink (below.py)
+        beyond_leaf=partial(beyond_leaf, ctx, min_pairs, consistency),
         # a burst of lost probes all over the fleet is the hosts' (background.py)
         background=no_worse_than_elsewhere(ctx, "probe_loss_ratio", [IncidentKind.PACKET_LOSS]),
     )

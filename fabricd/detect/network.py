@@ -40,6 +40,7 @@ class PairGuard:
     marked_consistency: float | None = None  # asked instead while fired marks behind several leaves concur
     witness: Callable[[Cluster], bool] | None = None  # under min_pairs: do NCCL runs stand for the rest
     probers_alone: Callable[[Cluster, Sequence[Symptom]], bool] | None = None  # ``sides.one_sided``
+    beyond_leaf: Callable[[Cluster, Sequence[Symptom]], bool] | None = None  # ``below.beyond_leaf``
     background: Callable[[Cluster, Sequence[Symptom]], bool] | None = None  # ``background.py``, last
 
     def passes(self, c: Cluster, marked: bool = False, healthy: Sequence[Symptom] = ()) -> bool:
@@ -47,7 +48,9 @@ class PairGuard:
         if c.element in self.excluded or c.consistency < need or c.kind not in self.types:
             return False
         enough = c.pair_count >= self.min_pairs or (c.pair_count > 0 and self.witness is not None and self.witness(c))
-        return enough and not any(v(c, healthy) for v in (self.probers_alone, self.background) if v is not None)
+        return enough and not any(
+            v(c, healthy) for v in (self.probers_alone, self.beyond_leaf, self.background) if v is not None
+        )
 
 
 def cluster_network(
