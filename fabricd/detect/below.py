@@ -12,8 +12,8 @@ a little over the leaf.
 Measured: a routed-lab CI run (``tests/test_leafspine_lab.py``, loss on ``ib-leaf-4~ib-spine-2``,
 untraced) opened ``gpu-b01/eth0~ib-leaf-4`` beside ``ib-leaf-4`` ("one of its uplinks"). That
 was 11 pairs at 1.4 %: 10 of its 16 pairs to other leaves, and 1 of its 6 pairs below the leaf
-(``gpu-b01|gpu-b02``, a saturated machine's stray lost probe). The host link passed the guard on
-all 22 at exactly half.
+(``gpu-b01|gpu-b02``, which crosses no fault: most likely a saturated machine's stray lost probe).
+The host link passed the guard on all 22 at exactly half.
 
 So the host's pairs below the leaf are judged on their own, when at least ``min_pairs`` of them
 are probed. Such a cluster is set aside when both hold:
