@@ -88,6 +88,18 @@ def test_rtt_summary_covers_one_interval() -> None:
     assert ledger.take_rtt() is None  # a new interval with no replies has no RTT
 
 
+def test_rtt_quantiles_never_exceed_the_exact_max() -> None:
+    """1340.926 us lands in the 1336-1343 us bucket, whose highest value the histogram answers."""
+    ledger = Ledger(timeout_ns=1000 * MS)
+    for seq in range(10):
+        ledger.on_send(seq, 0)
+        ledger.on_reply(seq, 1_340_926 if seq == 9 else 1_000_000 + seq * 1_000)
+    rtt = ledger.take_rtt()
+    assert rtt is not None
+    assert rtt.max == 0.001340926 and rtt.p99 == rtt.max
+    assert rtt.min == 0.001 <= rtt.p50 <= rtt.p90 <= rtt.p99
+
+
 # --- wire format --------------------------------------------------------------------------------
 
 
@@ -200,7 +212,7 @@ async def test_rtt_gauges_and_counter_kinds() -> None:
     assert kinds["rtt_p99"] == (Kind.GAUGE, "seconds")
     got = _by_counter(readings, "srv")
     assert got["probes_received"] == got["probes_sent"] > 0  # BTH-wrapped probes are answered too
-    assert 0 < got["rtt_min"] <= got["rtt_p50"] <= got["rtt_p90"] <= got["rtt_p99"] <= got["rtt_max"] * 1.001
+    assert 0 < got["rtt_min"] <= got["rtt_p50"] <= got["rtt_p90"] <= got["rtt_p99"] <= got["rtt_max"]
 
 
 async def test_dscp_marks_probe_and_reply_sockets() -> None:
