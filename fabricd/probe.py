@@ -206,9 +206,8 @@ class Ledger:
             return None
         pct = self.hist.get_percentile_to_value_dict([50, 90, 99])  # one pass over the buckets
         lo, hi = self.rtt_min_ns / 1e9, self.rtt_max_ns / 1e9
-        # The histogram answers a bucket's highest equivalent value, up to 1/128 above the sample
-        # at 2 digits: a p99 from the max's bucket read 1343 us beside a 1340.9 us max. Clamped to
-        # the exact min and max, the five gauges stay ordered as a reader expects.
+        # The histogram answers a bucket's highest value, up to 1/128 over the sample at 2 digits (a
+        # p99 of 1343 us beside a 1340.9 us max); clamped, the five gauges stay ordered.
         p50, p90, p99 = (min(hi, max(lo, pct[q] / 1e6)) for q in (50, 90, 99))
         summary = RttSummary(count, lo, p50, p90, p99, hi)
         self.hist.reset()
