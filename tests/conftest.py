@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 
 from tests.helpers import CASES, IN_CI
 
@@ -20,3 +22,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 @pytest.fixture
 def cases_dir() -> Path:
     return CASES
+
+
+@pytest.fixture
+def pg_migrated() -> Iterator[Engine]:
+    """An engine on a fresh, migrated schema of the test PostgreSQL (skips off CI when unreachable)."""
+    from fabricd.server import db
+    from tests.helpers import skip_or_fail
+    from tests.support.server import pg_engine, pg_reachable
+
+    if not pg_reachable():
+        skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
+    with pg_engine() as e:
+        db.prepare(e)
+        yield e

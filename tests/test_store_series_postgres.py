@@ -6,20 +6,18 @@ case must store exactly what the ``ON CONFLICT`` path stores, with the ids the t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
 
 from fabricd.model import Batch, Kind
-from fabricd.server import db
 from fabricd.server.store import postgres
 from fabricd.server.store.storage import Storage
 from fabricd.wire import decode, encode
-from tests.helpers import skip_or_fail
 from tests.support.points import raw_points
-from tests.support.server import ib_sample, make_batch, pg_engine, pg_reachable
+from tests.support.server import ib_sample, make_batch
 
 pytestmark = pytest.mark.postgres
 
@@ -28,12 +26,8 @@ _SERIES = "SELECT id, node, source, device, port, counter, labels, name, unit, k
 
 
 @pytest.fixture
-def engine() -> Iterator[Engine]:
-    if not pg_reachable():
-        skip_or_fail("PostgreSQL at 127.0.0.1:5432 is not reachable")
-    with pg_engine() as e:
-        db.prepare(e)
-        yield e
+def engine(pg_migrated: Engine) -> Engine:
+    return pg_migrated
 
 
 class _Counted:

@@ -50,8 +50,8 @@ class Storage:
         latest = LatestValues(db, identities)
         stream = Stream(db, identities, stream_tail_points)
         writer = GroupCommitWriter(db, partition_seconds if engine.dialect.name == "postgresql" else None)
-        # the engine disposed (the service's shutdown, a test's end): the writer's connection too
-        event.listen(engine, "engine_disposed", lambda _engine: writer.held.release(invalidate=True))
+        # the engine disposed (the service's shutdown, a test's end): the writer's connections too
+        event.listen(engine, "engine_disposed", lambda _engine: writer.release(invalidate=True))
         writer.subscribe(identities)  # first: the readers below find a new series' identity
         writer.subscribe(latest)
         if stream_tail_points > 0:

@@ -22,6 +22,7 @@ from fabricd.server.store.held import HeldConnection
 from fabricd.server.store.new_series import NodeSeries
 from fabricd.server.store.protocols import CommitListener
 from fabricd.server.store.records import Committed, IngestResult, PointRow, SeriesRow
+from fabricd.server.store.series_ahead import Ahead, SeriesAhead
 from fabricd.server.store.sql import Database
 
 log = logging.getLogger("fabricd.server.store")
@@ -38,6 +39,8 @@ class GroupCommitWriter:
         self._series: dict[str, NodeSeries] = {}  # node -> its series ids (ingest is the only writer)
         self._listeners: list[CommitListener] = []
         self.held = HeldConnection(db.engine)  # one transaction a group, on a connection kept between them
+        # PostgreSQL: a node's first batch stores its new series beside the writer (series_ahead.py)
+        self.ahead = None if db.sql.serial_writes else SeriesAhead(db)
 
     def subscribe(self, listener: CommitListener) -> None:
         """Call ``listener.committed`` after every commit from now on, in commit order, under the
@@ -54,7 +57,10 @@ class GroupCommitWriter:
         (one fsync with ``synchronous=FULL``) then serves several agents, and points still get
         their ids in commit order.
         """
-        job = _Job(batch, now, max_series_per_node)
+        ahead = (
+            None if self.ahead is None else self.ahead.prepare(batch, max_series_per_node, self._series.get(batch.node))
+        )
+        job = _Job(batch, now, max_series_per_node, ahead)
         with self._queue_lock:
             self._queue.append(job)
         with self.db.write_lock:
@@ -124,7 +130,14 @@ class GroupCommitWriter:
         """Give the writer's connection back to the pool (the service's shutdown), once the group
         being written, if any, is committed."""
         with self.db.write_lock:
-            self.held.release()
+            self.release()
+
+    def release(self, invalidate: bool = False) -> None:
+        """Let go of the kept connections (``HeldConnection.release``): the writer's, and those
+        that store series ahead of it."""
+        self.held.release(invalidate)
+        if self.ahead is not None:
+            self.ahead.release(invalidate)
 
     def _committed(self, jobs: list[_Job], grown: dict[str, NodeSeries]) -> None:
         self._series.update(grown)
@@ -168,17 +181,23 @@ class GroupCommitWriter:
             return IngestResult(batch.batch_id, 0, True), None, []
         if batch.health:
             cur.executemany(sql.upsert_health, health_rows(batch.node, batch.health))
-        known = grown.get(batch.node) or self._known_series(cur, batch.node)
+        known = grown.get(batch.node) or self._known_series(cur, batch.node, job.ahead)
         shape = shape_of(batch.samples)
         added, new = None, 0
         if shape is not None and known.shape == shape:  # the node's series, as in its last batch
             sids: Sequence[int | None] = known.shape_sids
         else:
             sids = series_ids(batch.samples, known.ids)
+            if None in sids and job.ahead is not None:  # another batch of the node cached fewer: as stored
+                added = new_series.load(cur, sql, batch.node)
+                sids = series_ids(batch.samples, added.ids)
             if None in sids:
-                added, new, sids = new_series.add(cur, sql, batch, job.limit, sids, known, job.series)
+                added, new, sids = new_series.add(cur, sql, batch, job.limit, sids, added or known, job.series)
             if shape is not None:  # on the node's ids that commit with this batch
                 (added or known).remember(shape, cast(list[int], sids))
+        if job.ahead is not None:  # the series it stored ahead of the lock: announced with it
+            job.series.extend(job.ahead.created)
+            new += job.ahead.new
         rows: list[PointRow] = []
         if batch.samples:
             resolved = cast(Sequence[int], sids)  # every series resolved above
@@ -191,12 +210,14 @@ class GroupCommitWriter:
             job.sids = tuple(resolved)
         return IngestResult(batch.batch_id, len(batch.samples), False, new), added, rows
 
-    def _known_series(self, cur: Any, node: str) -> NodeSeries:
-        """The node's series ids, read from the table once per process (ingest is the only writer)."""
+    def _known_series(self, cur: Any, node: str, ahead: Ahead | None) -> NodeSeries:
+        """The node's series ids, read from the table once per process (ingest is the only writer),
+        or as the batch stored them ahead of the lock."""
         known = self._series.get(node)
         if known is None:
             # Only committed series exist yet in this transaction: safe to cache before commit.
-            known = self._series[node] = new_series.load(cur, self.db.sql, node)
+            known = ahead.series if ahead is not None else new_series.load(cur, self.db.sql, node)
+            self._series[node] = known
         return known
 
 
@@ -211,6 +232,7 @@ class _Job:
     batch: Batch
     now: float
     limit: int
+    ahead: Ahead | None = None  # the node's series, its new ones stored before the write lock
     done: bool = False
     result: IngestResult | None = None
     error: BaseException | None = None
