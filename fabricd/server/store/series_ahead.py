@@ -5,8 +5,9 @@ that was PostgreSQL inserting the batches' new series (py-spy, 500 nodes of 480 
 2026-12-07; docs/storage.md): every other batch waited on one backend's index inserts while the
 second core idled. So the first batch of a node the writer has not cached yet (a new node, or any
 node after a restart) reads the node's series and inserts the missing ones from its own ingest
-thread, on a pooled connection, before it queues for the group commit: several such batches run
-beside each other and beside the writer, and under the lock the batch finds every series known.
+thread, on one of a few connections kept for this, before it queues for the group commit: several
+such batches run beside each other and beside the writer, and under the lock the batch finds every
+series known.
 
 What it changes, and why that is safe:
 

@@ -2,7 +2,9 @@
 
 One transaction per group: the batch id row, node, collector health, new series and every point
 of a batch commit together or not at all, so a retried batch is a no-op and a crash cannot
-half-store. After each commit the writer hands the stored points to its listeners
+half-store. (On PostgreSQL the series of a node the writer has not cached commit just before, in
+their own transaction: ``series_ahead.py``; a series without points is no half-stored batch.)
+After each commit the writer hands the stored points to its listeners
 (``subscribe``): the latest values and, when detection runs, the sample stream. The writer knows
 nothing of either.
 """
