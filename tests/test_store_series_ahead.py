@@ -19,7 +19,7 @@ from fabricd.server.store.storage import Storage
 from fabricd.server.store.writer import GroupCommitWriter
 from fabricd.wire import decode, encode
 from tests.support.points import raw_points
-from tests.support.server import ib_sample, make_batch
+from tests.support.server import Heard, ib_sample, make_batch
 
 pytestmark = pytest.mark.postgres
 
@@ -49,14 +49,6 @@ def _series(engine: Engine) -> dict[tuple[str, str, str], int]:
     return table
 
 
-class _Heard:
-    def __init__(self) -> None:
-        self.batches: list[Any] = []
-
-    def committed(self, batches: list[Any]) -> None:
-        self.batches.extend(batches)
-
-
 def _wait(what: str, ok: Any, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
@@ -68,7 +60,7 @@ def test_a_new_nodes_series_are_stored_while_another_batch_holds_the_write_lock(
     """The write lock held (a group commit under way): node n1's first batch stores its 80 series
     meanwhile, then its points once the lock is free, on those ids, announced once."""
     store = Storage.open(engine)
-    heard = _Heard()
+    heard = Heard()
     store.writer.subscribe(heard)
     with ThreadPoolExecutor(1) as pool:
         with store.writer.db.write_lock:
@@ -91,7 +83,7 @@ def test_two_first_batches_of_one_node_store_each_series_once_within_the_limit(e
     stored when the limit allows 120 (each series once, 40 shared), else the one that came second
     to the node's lock refused with the series limit and only the first one's 80 series stored."""
     store = Storage.open(engine)
-    heard = _Heard()
+    heard = Heard()
     store.writer.subscribe(heard)
     batches = [_scrape("n1", T0, range(8)), _scrape("n1", T0 + 1, range(4, 12))]
     start = threading.Barrier(2)

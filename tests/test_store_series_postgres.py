@@ -17,7 +17,7 @@ from fabricd.server.store import postgres
 from fabricd.server.store.storage import Storage
 from fabricd.wire import decode, encode
 from tests.support.points import raw_points
-from tests.support.server import ib_sample, make_batch
+from tests.support.server import Heard, ib_sample, make_batch
 
 pytestmark = pytest.mark.postgres
 
@@ -42,16 +42,6 @@ class _Counted:
     def run(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> list[int | None]:
         self.calls += 1
         return self.inner.run(cur, rows)
-
-
-class _Heard:
-    """A writer listener: every ``Committed`` it was handed."""
-
-    def __init__(self) -> None:
-        self.batches: list[Any] = []
-
-    def committed(self, batches: list[Any]) -> None:
-        self.batches.extend(batches)
 
 
 def _rows(node: str, devices: int = 8, counters: int = 10, device: str = "mlx5_{}") -> list[tuple[str, ...]]:
@@ -87,7 +77,7 @@ def test_a_first_scrape_is_inserted_plainly_with_the_ids_the_table_holds(engine:
     original, joined.fallback = joined.fallback, counted
     try:
         store = Storage.open(engine)
-        heard = _Heard()
+        heard = Heard()
         store.writer.subscribe(heard)
         assert store.writer.ingest(_scrape("n1", T0), T0, 1000).new_series == 80
         assert store.writer.ingest(_scrape("n1", T0 + 10), T0 + 10, 1000).new_series == 0

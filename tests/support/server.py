@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -212,3 +212,13 @@ async def running(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://fabricd.test") as client:
             yield client
+
+
+class Heard:
+    """A writer listener (``GroupCommitWriter.subscribe``): every ``Committed`` it was handed."""
+
+    def __init__(self) -> None:
+        self.batches: list[Any] = []
+
+    def committed(self, batches: Sequence[Any]) -> None:
+        self.batches.extend(batches)
