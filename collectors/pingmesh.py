@@ -6,10 +6,17 @@ Per peer (``device`` = peer name) every collect reports cumulative ``probes_sent
 never counted received: lost less late is the probes never answered), ``probes_out_of_order``, and
 the interval's RTT ``rtt_min``, ``rtt_p50``, ``rtt_p90``, ``rtt_p99``, ``rtt_max`` in seconds (an
 HDR histogram, reset each collect; absent when no reply came back in the interval: no honest RTT
-exists then). An agent that answers
+exists then), and ``probes_host_dropped``: unanswered probes this host may have dropped itself (not
+sent for a full socket buffer, or in flight while the prober's socket dropped datagrams;
+``fabricd.probe_ledger.Ledger``), counted neither received nor lost. An agent that answers
 probes reports, with ``device`` empty, ``responder_start_time`` (Unix seconds): when its responder
 began answering, so that the central can tell probes its peers lost while it was not running (an
 agent's restart, the fleet's start) from probes the fabric dropped (``fabricd.detect.responders``).
+With ``device`` empty too, ``prober_socket_drops`` and ``responder_socket_drops`` count the
+datagrams each socket dropped (its receive queue full: the agent read too slowly;
+``fabricd.udpstamp``), and ``responder_late_answers`` the requests the responder read
+``fabricd.probe.HELD_LATE_NS`` or more after they arrived (its agent stalled). Both sockets' queues are sized to hold ``QUEUE_HELD_SECONDS`` of the mesh's
+datagrams, so that a stalled agent reads them late rather than loses them.
 
 Side effects come from ``PingmeshFactories``: ``socket`` (``fabricd.probe.SocketFactory``; the netns
 lab passes one that opens sockets inside a host namespace), ``responder`` (the responder protocol;
@@ -58,7 +65,7 @@ from fabricd.probe import (
 )
 from fabricd.tracing import PathTracer, Replies, TracedPath, TraceParams, TracePolicy
 from fabricd.udpport import bind_own_port
-from fabricd.udpstamp import StampedEndpoint
+from fabricd.udpstamp import StampedEndpoint, receive_buffer, socket_drops
 
 SOURCE = "pingmesh"
 DEFAULT_PORT = 19471
@@ -69,6 +76,20 @@ DEFAULT_RATE = 10.0  # probes/s per peer within a rack (Pingmesh, SIGCOMM 2015);
 # by 2-3x (docs/detection.md, tail latency), a queue building behind a fault by 10x and more.
 BAD_P99_FACTOR = 4.0
 BAD_HISTORY = 30
+# A socket's receive queue holds this long of its datagrams at the mesh's rates: a stall shorter
+# than that is read late, its replies stamped on arrival (fabricd.udpstamp), not dropped. The
+# kernel's default queue (net.core.rmem_default, 208 KiB) held 256 probes (832 bytes each, measured
+# on loopback: tests/test_udpstamp.py), 1.1 s of 24 peers at 10/s. 10 s is ten times the longest
+# stall measured (the first 4-11 probes at 10/s of a loaded demo's start: fabricd/udpstamp.py); a
+# longer one's drops are counted as the host's (``probes_host_dropped``). The kernel charges a datagram its whole buffer: its length
+# plus ``DATAGRAM_OVERHEAD_BYTES`` (832 - 28 measured, rounded up). Queue memory is charged only
+# while datagrams wait, so the bounds cap a stall's worst case, not the agent's footprint: at least
+# ``QUEUE_MIN_BYTES`` (about 4,000 probes: a responder's probers are not in its configuration, and
+# one that only answers may be probed by hundreds), at most ``QUEUE_MAX_BYTES``.
+QUEUE_HELD_SECONDS = 10.0
+DATAGRAM_OVERHEAD_BYTES = 1024
+QUEUE_MIN_BYTES = 4 * 1024 * 1024
+QUEUE_MAX_BYTES = 64 * 1024 * 1024
 log = logging.getLogger(__name__)
 
 
@@ -126,8 +147,14 @@ def _family(address: str) -> int:
     return socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
 
 
-def _counter(peer: str, name: str, value: int) -> Reading:
-    return Reading(SOURCE, peer, "", name, float(value), "probes", kind=Kind.COUNTER, name=name, width=0)
+def _counter(peer: str, name: str, value: int, unit: str = "probes") -> Reading:
+    return Reading(SOURCE, peer, "", name, float(value), unit, kind=Kind.COUNTER, name=name, width=0)
+
+
+def queue_bytes(rate_per_second: float, datagram_bytes: int) -> int:
+    """The receive queue that holds ``QUEUE_HELD_SECONDS`` of datagrams at ``rate_per_second``."""
+    need = rate_per_second * QUEUE_HELD_SECONDS * (datagram_bytes + DATAGRAM_OVERHEAD_BYTES)
+    return int(min(QUEUE_MAX_BYTES, max(QUEUE_MIN_BYTES, need)))
 
 
 def _gauge(peer: str, name: str, seconds: float) -> Reading:
@@ -157,6 +184,7 @@ class PingmeshCollector:
         self.prober_factory = factories.prober
         self.prober: Any = None  # ProberProtocol, or what prober_factory built (same ledger interface)
         self.responder: ResponderProtocol | None = None
+        self.responder_socket: socket.socket | None = None
         self.responder_started = 0.0  # Unix time the responder began answering (reported: fabricd.detect.responders)
         self.transports: list[asyncio.DatagramTransport | StampedEndpoint] = []
         self.tracer: PathTracer | None = None
@@ -183,10 +211,22 @@ class PingmeshCollector:
         else:
             sock.bind((self.options.listen_address, self.options.listen_port))
         set_dscp(sock, self.options.dscp)  # replies travel in the same class as the requests
+        # Its probers are unknown; a mesh is symmetric, so this node's own rates stand for theirs.
+        receive_buffer(sock, queue_bytes(self._mesh_rate, self._datagram_bytes))
+        self.responder_socket = sock
         self.responder = self.responder_factory()
         transport = await start_responder(sock, self.responder)
         self.transports.append(transport)
         self.responder_started = time.time()
+
+    @property
+    def _mesh_rate(self) -> float:
+        """Probes a second to every peer together: the replies that come back."""
+        return sum(p.rate_per_second for p in self.options.peers) or DEFAULT_RATE
+
+    @property
+    def _datagram_bytes(self) -> int:
+        return 28 + self.options.payload_bytes + (16 if self.options.shape is Shape.ROCEV2 else 0)  # BTH, ICRC
 
     def _tracing(self, family: int) -> bool:
         return self.options.trace_paths and family == socket.AF_INET and self.prober_factory is None
@@ -201,6 +241,7 @@ class PingmeshCollector:
         family = _family(peers[0].address)
         sock = self.socket_factory(family)
         set_dscp(sock, self.options.dscp)
+        receive_buffer(sock, queue_bytes(self._mesh_rate, self._datagram_bytes))
         tracing = self._tracing(family)
         if tracing:  # the trace sockets share the probes' source port (fabricd.tracing)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -253,6 +294,20 @@ class PingmeshCollector:
             out.extend(path_reading(p) for p in self.tracer.take())
         if self.responder is not None:
             out.append(_gauge("", "responder_start_time", self.responder_started))
+        out.extend(self._host_counts())
+        return out
+
+    def _host_counts(self) -> list[Reading]:
+        """What this host did to the probes: each socket's dropped datagrams (the prober's as its
+        endpoint counted them, from start) and the requests the responder held."""
+        out = []
+        if self.responder is not None:
+            out.append(_counter("", "responder_late_answers", self.responder.late_answers))
+        drops = getattr(self.prober, "socket_drops", None)  # a path-model prober has no socket
+        if drops is not None:
+            out.append(_counter("", "prober_socket_drops", drops, "datagrams"))
+        if self.responder_socket is not None and (count := socket_drops(self.responder_socket)) is not None:
+            out.append(_counter("", "responder_socket_drops", count, "datagrams"))
         return out
 
     @property
@@ -282,6 +337,7 @@ class PingmeshCollector:
             _counter(peer, "probes_lost", c.lost),
             _counter(peer, "probes_late", c.late),
             _counter(peer, "probes_out_of_order", c.out_of_order),
+            _counter(peer, "probes_host_dropped", c.host_dropped),
         ]
         rtt = ledger.take_rtt()
         self._watch(peer, c.lost - c.late, rtt.p99 if rtt is not None else None)

@@ -128,6 +128,10 @@ _PM_COUNTERS = (
     ("probes_lost", "Probes with no reply within the timeout (loss)"),
     ("probes_late", "Replies that arrived after the timeout (counted as lost once)"),
     ("probes_out_of_order", "Replies received out of sequence order"),
+    (
+        "probes_host_dropped",
+        "Unanswered probes this host may have dropped itself (unsent, or its socket dropped replies)",
+    ),
 )
 
 NC = "fabricd_nccl_"
@@ -208,6 +212,18 @@ CATALOGUE: tuple[MetricSpec, ...] = rows(
     *(
         gauge(PM + f"rtt_{q}_seconds", "seconds", f"Round-trip time {q} over the last interval", ("node", "peer"))
         for q in ("min", "p50", "p90", "p99", "max")
+    ),
+    *(
+        counter(
+            PM + f"{end}_socket_drops", "", f"Datagrams the {end}'s socket dropped (its receive queue full)", ("node",)
+        )
+        for end in ("prober", "responder")
+    ),
+    counter(
+        PM + "responder_late_answers",
+        "",
+        "Probe requests this node's responder read 0.25 s or more after they arrived (its agent stalled)",
+        ("node",),
     ),
     gauge(
         PM + "responder_start_time_seconds",

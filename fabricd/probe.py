@@ -11,7 +11,7 @@ no longer knows are ignored. RoCEv2-shaped probes put the same payload after a 1
 (UD SEND-only) and before a 4-byte ICRC, sent to UDP port 4791 so they hash onto the same ECMP paths
 and carry the same DSCP as RDMA traffic (IBTA Annex A17 "RoCEv2"); the payload is still ours.
 
-The ledger is pure (times passed in); the protocol classes do the socket I/O.
+The per-peer ledger (``fabricd.probe_ledger``) is pure; the protocol classes here do the socket I/O.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
-from hdrh.histogram import HdrHistogram
-
+from fabricd.probe_ledger import Ledger
 from fabricd.udpstamp import StampedEndpoint
 
 MAGIC = b"FDPB"
@@ -39,17 +38,16 @@ ROCEV2_PORT = 4791  # IANA: RoCEv2
 BTH_LEN = 12
 ICRC_LEN = 4
 UD_SEND_ONLY = 0x64  # BTH opcode: UD transport (0x60) | SEND_ONLY (0x04), IBTA vol 1 table 38
-HIST_MAX_US = 60_000_000  # RTTs above 60 s are clamped (a probe times out long before)
-# 2 significant digits: quantiles within 1 %, which is finer than RTT jitter; 3 digits made the
-# pure-Python histogram 4x slower to query and reset, ~2-5 ms per peer per scrape on the agent's
-# event loop (the loop that also answers probes).
-HIST_DIGITS = 2
-EXPIRED_KEEP = 65536  # how many timed-out sequence numbers to remember for late-reply accounting
 # The session a path trace's packets carry (fabricd.tracing): no prober numbers its peers this high.
 # A responder echoes such requests like any probe, and a prober echoes them from its own peers, so a
 # trace of a reply's path (from the responder back to the prober) ends when it reaches the prober.
 TRACE_SESSION = 0xFFFF_FFFF
 PROBERS_KEPT = 4096  # how many probers (address, port) a responder remembers for reply traces
+# A request its responder read this long after the kernel queued it was held by a stalled host, not
+# delayed by the fabric (the stamp is taken as it reaches the host): far above any host's ordinary
+# scheduling delay (milliseconds: docs/detection.md, tail latency), and below the probers' timeouts
+# (1 s by default) so that a hold which turned into a prober's loss is counted.
+HELD_LATE_NS = 250_000_000
 
 
 class Shape(enum.StrEnum):
@@ -99,122 +97,6 @@ def reply_to(probe: Probe) -> bytes:
     return encode(Probe(REPLY, probe.session, probe.seq, probe.send_ns, probe.pad_len, probe.shape))
 
 
-# --- accounting ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RttSummary:
-    """RTT over one collect interval, in seconds."""
-
-    count: int
-    min: float
-    p50: float
-    p90: float
-    p99: float
-    max: float
-
-
-@dataclass(frozen=True, slots=True)
-class PeerCounts:
-    """Cumulative since the prober started: sent = received + lost + in flight."""
-
-    sent: int
-    received: int
-    lost: int
-    late: int
-    out_of_order: int
-    duplicate: int
-    in_flight: int
-
-
-class Ledger:
-    """Exact per-peer accounting of probes, from sequence numbers and times passed in (pure).
-
-    A probe is received once (duplicates ignored), lost once when its timeout passes, and a reply
-    that arrives after that is counted as ``late`` only, never also as received. ``out_of_order``
-    counts replies whose sequence number is below the highest one already received.
-    """
-
-    def __init__(self, timeout_ns: int) -> None:
-        self.timeout_ns = timeout_ns
-        self.outstanding: OrderedDict[int, int] = OrderedDict()  # seq -> send time (ns), in send order
-        self.expired: OrderedDict[int, None] = OrderedDict()
-        self.sent = self.received = self.lost = self.late = self.out_of_order = self.duplicate = 0
-        self.highest = -1
-        self.hist = HdrHistogram(1, HIST_MAX_US, HIST_DIGITS)
-        self.rtt_min_ns: int | None = None
-        self.rtt_max_ns = 0
-
-    def on_send(self, seq: int, now_ns: int) -> None:
-        self.sent += 1
-        self.outstanding[seq] = now_ns
-
-    def on_reply(self, seq: int, now_ns: int, arrival_ns: int | None = None) -> None:
-        """A reply read at ``now_ns`` that reached the host at ``arrival_ns`` (the kernel's stamp;
-        None: unknown, taken as ``now_ns``).
-
-        On time means it *arrived* within the timeout: a prober whose event loop stalled reads
-        late the replies that came meanwhile, and must not count them lost. Its RTT is the read
-        time's, on which the delay detectors' thresholds were measured (docs/latency.md), except
-        for a reply read after its timeout had passed: that one is timed at its arrival (the
-        stall is the prober's, not the path's)."""
-        arrived = now_ns if arrival_ns is None else min(arrival_ns, now_ns)
-        self.expire(arrived)
-        sent_ns = self.outstanding.pop(seq, None)
-        if sent_ns is None:
-            self._unexpected(seq)
-            return
-        self.received += 1
-        if seq < self.highest:
-            self.out_of_order += 1
-        self.highest = max(self.highest, seq)
-        rtt_ns = now_ns - sent_ns
-        self._record(rtt_ns if rtt_ns < self.timeout_ns else arrived - sent_ns)
-
-    def _unexpected(self, seq: int) -> None:
-        if seq in self.expired:
-            del self.expired[seq]  # a second copy of a late reply is a duplicate, not late again
-            self.late += 1
-        else:
-            self.duplicate += 1
-
-    def _record(self, rtt_ns: int) -> None:
-        self.hist.record_value(min(HIST_MAX_US, max(1, round(rtt_ns / 1000))))
-        self.rtt_min_ns = rtt_ns if self.rtt_min_ns is None else min(self.rtt_min_ns, rtt_ns)
-        self.rtt_max_ns = max(self.rtt_max_ns, rtt_ns)
-
-    def expire(self, now_ns: int) -> None:
-        while self.outstanding:
-            seq, sent_ns = next(iter(self.outstanding.items()))
-            if now_ns - sent_ns < self.timeout_ns:
-                return  # send order = time order: the rest are younger
-            del self.outstanding[seq]
-            self.lost += 1
-            self.expired[seq] = None
-            if len(self.expired) > EXPIRED_KEEP:
-                self.expired.popitem(last=False)
-
-    def counts(self) -> PeerCounts:
-        return PeerCounts(
-            self.sent, self.received, self.lost, self.late, self.out_of_order, self.duplicate, len(self.outstanding)
-        )
-
-    def take_rtt(self) -> RttSummary | None:
-        """The interval's RTT summary, and a fresh interval; None when nothing came back."""
-        count = self.hist.get_total_count()
-        if not count or self.rtt_min_ns is None:
-            return None
-        pct = self.hist.get_percentile_to_value_dict([50, 90, 99])  # one pass over the buckets
-        lo, hi = self.rtt_min_ns / 1e9, self.rtt_max_ns / 1e9
-        # The histogram answers a bucket's highest value, up to 1/128 over the sample at 2 digits (a
-        # p99 of 1343 us beside a 1340.9 us max); clamped, the five gauges stay ordered.
-        p50, p90, p99 = (min(hi, max(lo, pct[q] / 1e6)) for q in (50, 90, 99))
-        summary = RttSummary(count, lo, p50, p90, p99, hi)
-        self.hist.reset()
-        self.rtt_min_ns, self.rtt_max_ns = None, 0
-        return summary
-
-
 # --- sockets ------------------------------------------------------------------------------------
 
 
@@ -246,17 +128,27 @@ def always_reply(_probe: Probe) -> bool:
 
 
 class ResponderProtocol(asyncio.DatagramProtocol):
-    """Answers every probe request it receives (that the filter lets through)."""
+    """Answers every probe request it receives (that the filter lets through), and counts those it
+    read ``HELD_LATE_NS`` or more after they arrived (``late_answers``: its host stalled, and its
+    probers may have counted them lost; ``fabricd.detect.responders``)."""
 
     def __init__(self, reply_filter: ReplyFilter = always_reply) -> None:
         self.reply_filter = reply_filter
-        self.transport: asyncio.DatagramTransport | None = None
+        self.transport: StampedEndpoint | asyncio.DatagramTransport | None = None
         # (address, source port) -> when its last probe came (monotonic s): whose replies to trace
         self.probers: OrderedDict[tuple[str, int], float] = OrderedDict()
+        self.late_answers = 0
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # cast, not isinstance: 3.11's selector datagram transport does not subclass DatagramTransport.
-        self.transport = cast(asyncio.DatagramTransport, transport)
+    def connection_made(self, transport: Any) -> None:
+        # ``start_responder``'s StampedEndpoint, or an asyncio transport (cast, not isinstance: 3.11's
+        # selector datagram transport does not subclass DatagramTransport).
+        self.transport = cast(StampedEndpoint | asyncio.DatagramTransport, transport)
+
+    def stamped_received(self, data: bytes, addr: Any, arrival_ns: int) -> None:
+        """A datagram with the kernel's arrival time on the monotonic clock (``start_responder``)."""
+        if time.monotonic_ns() - arrival_ns >= HELD_LATE_NS:
+            self.late_answers += 1
+        self.datagram_received(data, addr)
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
         probe = decode(data)
@@ -295,11 +187,13 @@ def drop_every(k: int) -> ReplyFilter:
     return keep
 
 
-async def start_responder(sock: socket.socket, protocol: ResponderProtocol) -> asyncio.DatagramTransport:
-    loop = asyncio.get_running_loop()
-    sock.setblocking(False)
-    transport, _ = await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
-    return transport
+async def start_responder(sock: socket.socket, protocol: ResponderProtocol) -> StampedEndpoint:
+    """Answer on ``sock``, reading it with kernel receive times (``fabricd.udpstamp``) so that the
+    responder knows how long its host held each request; close the returned endpoint to stop."""
+    endpoint = StampedEndpoint(sock, protocol.stamped_received, protocol.error_received, time.monotonic_ns)
+    endpoint.start(asyncio.get_running_loop())
+    protocol.connection_made(endpoint)
+    return endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +223,7 @@ class ProberProtocol(asyncio.DatagramProtocol):
         self.shape, self.pad_len, self.clock_ns = shape, pad_len, clock_ns
         self.transport: StampedEndpoint | asyncio.DatagramTransport | None = None
         self.tasks: list[asyncio.Task[None]] = []
+        self.socket_drops = 0  # datagrams the socket dropped since the prober started (its replies)
         if shape is Shape.ROCEV2:
             # Import scapy now, not in the first send: send_one reads the clock before encoding,
             # and a 1-2 s import there put the first probe past its timeout (lost, then late).
@@ -359,12 +254,20 @@ class ProberProtocol(asyncio.DatagramProtocol):
     def error_received(self, exc: Exception) -> None:
         pass  # ICMP unreachable from a peer with no responder: nothing to do, its probes time out
 
+    def host_dropped(self, count: int) -> None:
+        """The socket dropped ``count`` more datagrams (``StampedEndpoint``): replies, most likely,
+        of any probe in flight now."""
+        self.socket_drops += count
+        for ledger in self.ledgers.values():
+            ledger.on_host_drop()
+
     def send_one(self, session: int, seq: int) -> None:
         target, now = self.targets[session], self.clock_ns()
         data = encode(Probe(REQUEST, session, seq, now, self.pad_len, self.shape))
         assert self.transport is not None
         self.ledgers[session].on_send(seq, now)
-        self.transport.sendto(data, (target.address, target.port))
+        if self.transport.sendto(data, (target.address, target.port)) is False:  # asyncio's: None
+            self.ledgers[session].on_unsent(seq)
 
     async def _pace(self, session: int) -> None:
         # Absolute schedule (start + k / rate): a slow loop iteration does not lower the rate.
@@ -394,7 +297,9 @@ class ProberProtocol(asyncio.DatagramProtocol):
 async def start_prober(sock: socket.socket, protocol: ProberProtocol) -> StampedEndpoint:
     """Read ``sock`` with kernel receive times (``fabricd.udpstamp``) and start ``protocol``'s
     probes; close the returned endpoint to stop reading."""
-    endpoint = StampedEndpoint(sock, protocol.datagram_received, protocol.error_received, protocol.clock_ns)
+    endpoint = StampedEndpoint(
+        sock, protocol.datagram_received, protocol.error_received, protocol.clock_ns, protocol.host_dropped
+    )
     endpoint.start(asyncio.get_running_loop())
     protocol.connection_made(endpoint)
     return endpoint

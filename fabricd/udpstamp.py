@@ -7,19 +7,31 @@ the first 4-11 probes of every pair of the agents that started first (every one 
 through a faulty element), and a ``packet_loss`` incident opened on a healthy leaf a minute later.
 The kernel stamps each datagram as it arrives (``ping -D`` and OWAMP read the same stamp), so the
 prober can tell a reply that arrived in time from one that did not, whenever it reads it
-(``fabricd.probe.Ledger.on_reply`` decides what the stamp is used for). Where the option is
+(``fabricd.probe_ledger.Ledger.on_reply`` decides what the stamp is used for). Where the option is
 missing (not Linux), the read time stands in for it, as before.
 
 The endpoint reads with ``loop.add_reader`` and ``recvmsg`` (asyncio's datagram transport reads with
 ``recvfrom`` and drops ancillary data): one datagram per readiness, as asyncio's transport reads, so
 the read times the RTTs are taken from stay what they were; ``drain`` reads all that is queued (a
-scrape, before it expires probes). It sends with ``sendto``: a probe that cannot be sent at once (a
-full socket buffer) is dropped, and its timeout counts it lost, as the network would.
+scrape, before it expires probes). It sends with ``sendto``, and says whether the datagram went: one
+that cannot be sent at once (a full socket buffer) is the host's drop, not the network's.
+
+A stall long enough fills the socket's receive queue, and the kernel drops what arrives next: the
+prober would count those replies lost, the fabric's loss, though its own host dropped them. On a
+CI machine with both cores busy one lab prober lost probes to every peer at once, its own leaf's
+among them, and a ``packet_loss`` incident opened on a healthy link (tests/test_leafspine_lab.py,
+2026-12-07). The kernel counts each socket's drops (``sk_drops``) and hands the count over with
+each datagram queued after them (``SO_RXQ_OVFL``, socket(7)); ``SO_MEMINFO``'s ``SK_MEMINFO_DROPS``
+reads it at any time (include/uapi/linux/sock_diag.h), for the drops after the last datagram
+queued. The endpoint tells ``dropped`` how many more the socket dropped before it hands on the
+datagram read next, and after a ``drain``. ``receive_buffer`` sizes the queue so that it takes a
+long stall's datagrams in the first place.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 import sys
@@ -31,23 +43,43 @@ from typing import Any
 # of two native longs, 16 bytes on 64-bit). The cmsg type equals the option (SCM_TIMESTAMPNS).
 SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@qq")
-_ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC.size)
+# Linux, include/uapi/asm-generic/socket.h: the drop count's cmsg (a __u32, wrapping), the force
+# variant of SO_RCVBUF (CAP_NET_ADMIN: past net.core.rmem_max), and the socket's memory counters
+# (an array of __u32, SK_MEMINFO_DROPS the ninth, since Linux 4.6; sock_diag.h).
+SO_RXQ_OVFL = 40
+SO_RCVBUFFORCE = 33
+SO_MEMINFO = 55
+SK_MEMINFO_DROPS = 8
+_U32 = struct.Struct("@I")
+_ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_U32.size)
 DRAIN_MAX = 4096  # datagrams one ``drain`` reads at most (a socket buffer's worth of replies)
 MAX_DATAGRAM = 65535
 
 # (data, address, arrival time on the endpoint's clock in ns)
 Receiver = Callable[[bytes, Any, int], None]
+Dropped = Callable[[int], None]  # how many more datagrams the socket dropped
+
+
+def _no_drops(_count: int) -> None:
+    pass
 
 
 class StampedEndpoint:
     """Reads ``sock`` as datagrams arrive, handing each to ``receive`` with its kernel arrival time
-    on ``clock_ns``'s clock; ``error`` gets what a read raises (an ICMP port unreachable)."""
+    on ``clock_ns``'s clock; ``error`` gets what a read raises (an ICMP port unreachable), ``dropped``
+    how many datagrams the socket dropped since it last heard, before the datagram read after them."""
 
     def __init__(
-        self, sock: socket.socket, receive: Receiver, error: Callable[[Exception], None], clock_ns: Callable[[], int]
+        self,
+        sock: socket.socket,
+        receive: Receiver,
+        error: Callable[[Exception], None],
+        clock_ns: Callable[[], int],
+        dropped: Dropped = _no_drops,
     ) -> None:
-        self.sock, self.receive, self.error, self.clock_ns = sock, receive, error, clock_ns
+        self.sock, self.receive, self.error, self.clock_ns, self.dropped = sock, receive, error, clock_ns, dropped
         self.stamped = _enable(sock)
+        self.drops = socket_drops(sock) or 0  # the socket's drop count as last seen (wraps at 2**32)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -60,10 +92,20 @@ class StampedEndpoint:
         self._read_one()
 
     def drain(self) -> None:
-        """Read every datagram queued now (at most ``DRAIN_MAX``)."""
+        """Read every datagram queued now (at most ``DRAIN_MAX``), then learn of the drops after the
+        last one queued (no datagram carries their count yet)."""
         for _ in range(DRAIN_MAX):
             if not self._read_one():
-                return
+                break
+        if not self.is_closing() and (now := socket_drops(self.sock)) is not None:
+            self._learn(now)
+
+    def _learn(self, count: int) -> None:
+        """The socket's drop count is ``count`` now: tell ``dropped`` of the rise."""
+        rise = (count - self.drops) & 0xFFFFFFFF
+        if rise and rise < 0x80000000:  # an older count read late is not a rise of 2**32 less a few
+            self.drops = count
+            self.dropped(rise)
 
     def _read_one(self) -> bool:
         """Hand on one datagram; False when none was queued (or the socket is closed)."""
@@ -76,6 +118,9 @@ class StampedEndpoint:
         except OSError as exc:  # an ICMP error queued on the socket: reported, and the next read goes on
             self.error(exc)
             return True
+        for level, kind, value in anc:
+            if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(value) >= _U32.size:
+                self._learn(_U32.unpack_from(value)[0])
         self.receive(data, addr, self._arrival(anc))
         return True
 
@@ -89,13 +134,16 @@ class StampedEndpoint:
                 return now - max(0, time.time_ns() - (sec * 1_000_000_000 + nsec))
         return now
 
-    def sendto(self, data: bytes, addr: Any) -> None:
+    def sendto(self, data: bytes, addr: Any) -> bool:
+        """Send one datagram; False when it did not go (a full send buffer, an error reported)."""
         try:
             self.sock.sendto(data, addr)
         except (BlockingIOError, InterruptedError):
-            pass  # a full send buffer drops the probe; its timeout counts it lost
+            return False  # the host's own drop: the caller does not count it as the network's
         except OSError as exc:
             self.error(exc)
+            return False
+        return True
 
     def is_closing(self) -> bool:
         return self.sock.fileno() < 0
@@ -115,11 +163,42 @@ class StampedEndpoint:
 
 
 def _enable(sock: socket.socket) -> bool:
-    """Ask the kernel to stamp received datagrams; False where it cannot (not Linux)."""
+    """Ask the kernel to stamp received datagrams, and to hand over its drop count with them;
+    False where it cannot stamp (not Linux)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
         return False
+    with contextlib.suppress(OSError):  # without it, drain's read of the count still tells
+        sock.setsockopt(socket.SOL_SOCKET, SO_RXQ_OVFL, 1)
     return True
+
+
+def socket_drops(sock: socket.socket) -> int | None:
+    """The datagrams ``sock`` has dropped (``SK_MEMINFO_DROPS``); None where the kernel does not
+    say (not Linux, before 4.6, a closed socket)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, _U32.size * (SK_MEMINFO_DROPS + 1))
+    except OSError:
+        return None
+    if len(raw) < _U32.size * (SK_MEMINFO_DROPS + 1):
+        return None
+    return int(_U32.unpack_from(raw, _U32.size * SK_MEMINFO_DROPS)[0])
+
+
+def receive_buffer(sock: socket.socket, nbytes: int) -> int:
+    """Ask for a receive queue of ``nbytes`` (of the kernel's accounting, which charges each
+    datagram its buffer's whole size: about 1 KiB for a probe on loopback or a veth, measured in
+    tests/test_udpstamp.py), past ``net.core.rmem_max`` where the process may (``SO_RCVBUFFORCE``,
+    CAP_NET_ADMIN; an agent reading the ethtool ioctl has it); returns the size the kernel set
+    (twice the request: socket(7))."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, nbytes)
+    except OSError:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, nbytes)
+    return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))

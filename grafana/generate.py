@@ -474,6 +474,17 @@ def pingmesh() -> dict[str, Any]:
                 target(f"fabricd_pingmesh_probes_sent_per_second{{{NODE}}}", "{{node}} -> {{peer}}"),
                 unit="pps",
             ),
+            timeseries(
+                "Probes the node's own host dropped or held",
+                "Probe replies (prober) and requests (responder) that the node's sockets dropped, their "
+                "receive queue full, and requests the responder read 0.25 s or more after they came: a "
+                "stalled agent, not the fabric. The prober counts its probes in flight then as "
+                "host-dropped, not lost; the central does not count its peers' loss then.",
+                target(f"fabricd_pingmesh_prober_socket_drops_per_second{{{NODE}}}", "{{node}} prober drops"),
+                target(f"fabricd_pingmesh_responder_socket_drops_per_second{{{NODE}}}", "{{node}} responder drops"),
+                target(f"fabricd_pingmesh_responder_late_answers_per_second{{{NODE}}}", "{{node}} responder late"),
+                unit="pps",
+            ),
         ],
     )
 

@@ -158,7 +158,12 @@ def _ready(url: str) -> bool:
 
 
 def _agent_config(sim: Path, node: str, tmp: Path) -> Path:
+    """The simulator's config of ``node``'s agent, with its own probe responder as in production
+    (on a free port: the simulator's path responders answer its peers' probes)."""
     config = yaml.safe_load((sim / "agents" / f"{node}.yaml").read_text())
+    pingmesh = config.get("collectors", {}).get("pingmesh")
+    if pingmesh is not None:
+        pingmesh.update(respond=True, listen_address="127.0.0.1", listen_port=0)
     path = tmp / f"agent-{node}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

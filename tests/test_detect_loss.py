@@ -7,6 +7,8 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+import pytest
+
 from fabricd.detect import DetectionEngine
 from fabricd.detect.feed import Detection
 from fabricd.model import Incident, IncidentKind, IncidentState, Sample
@@ -188,6 +190,31 @@ def test_probes_to_a_restarted_agent_are_unanswerable_not_lost() -> None:
     assert opened(
         replay(engine(), c.rounds(40, pairs=pairs, extra=_starts(c, restarted, back, False, before=2.0)))
     ) == [(IncidentKind.LINK_FLAP, "node-006/mlx5_0~leaf-02")]
+
+
+@pytest.mark.parametrize("missed", ["responder_socket_drops", "responder_late_answers"])
+def test_probes_a_peers_own_host_missed_are_unanswerable_not_lost(missed: str) -> None:
+    """node-006's agent stalls now and then for four scrapes, and its responder's socket drops 3 % of
+    each scrape's requests, or it answers them past its probers' timeouts and settling: its peers
+    lose them, as on a lossy host link. Its scrapes report those requests (the counter ``missed``)
+    and nothing opens; the same losses without them are the fabric's, and open on its host link."""
+    c = Cluster(NODES, hcas=2, probe_peers=PEERS)
+    stalled, at = "node-006", 20
+
+    def pairs(ts: float, src: str, dst: str) -> tuple[float, float]:
+        return (0.03 if dst == stalled and at <= step(ts, c) < at + 4 else 0.0, 20e-6)
+
+    def drops(reported: bool) -> Callable[[float, str], list[Sample]]:
+        def samples(ts: float, node: str) -> list[Sample]:
+            rate = 1.2 if reported and node == stalled and at <= step(ts, c) < at + 4 else 0.0
+            return [*_starts(c, "", 0, False)(ts, node), counter(ts, "pingmesh", "", missed, rate)]
+
+        return samples
+
+    assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=drops(True)))) == []
+    assert opened(replay(engine(), c.rounds(40, pairs=pairs, extra=drops(False)))) == [
+        (IncidentKind.PACKET_LOSS, "node-006/mlx5_0~leaf-02")
+    ]
 
 
 def _delivered(

@@ -84,3 +84,26 @@ def test_a_pair_never_answered_says_nothing_of_its_path_and_a_silent_peer_still_
     r.hold("a", "c", "", (), 110.0, 0.5)  # answered at last
     r.release("probe_loss_ratio", observe)
     assert not r.says_nothing(("a", "c"))
+
+
+def test_a_peer_whose_socket_dropped_requests_covers_its_scrape_span_and_the_margin_before() -> None:
+    """b's responder socket dropped requests between its scrapes at 110 and 120: the pair scrapes
+    whose probes may have reached b then (reported up to ``MARGIN_SECONDS`` after they were sent)
+    say nothing; those before and well after count, and a scrape with no rise adds no span."""
+    r = Responders()
+    for ts, rate in ((100.0, 0.0), (110.0, 0.0), (120.0, 3.5), (130.0, 0.0)):
+        r.report("responder_socket_drops", "b", ts, rate)
+    assert r.misses == {("b", "responder_socket_drops"): [(110.0, 120.0)]}
+    assert not r.unanswerable("b", since=100.0, ts=110.0)
+    assert r.unanswerable("b", since=110.0, ts=120.0)
+    assert r.unanswerable("b", since=120.0, ts=130.0)  # probes sent before 120, reported after
+    assert not r.unanswerable("b", since=120.0 + MARGIN_SECONDS, ts=130.0)
+    assert not r.unanswerable("c", since=110.0, ts=120.0)
+
+
+def test_misses_in_the_first_scrape_heard_reach_back_to_any_time_before_it() -> None:
+    """The central's first scrape of b (its start, b's agent long running) has a rate but no span."""
+    r = Responders()
+    r.report("responder_late_answers", "b", 100.0, 2.0)
+    assert r.unanswerable("b", since=50.0, ts=60.0) and r.unanswerable("b", since=100.0, ts=110.0)
+    assert not r.unanswerable("b", since=100.0 + MARGIN_SECONDS, ts=110.0)

@@ -17,7 +17,6 @@ from fabricd.model import Kind, Reading
 from fabricd.probe import (
     REPLY,
     REQUEST,
-    Ledger,
     Probe,
     ResponderProtocol,
     Shape,
@@ -26,6 +25,7 @@ from fabricd.probe import (
     encode,
     reply_to,
 )
+from fabricd.probe_ledger import Ledger
 
 REGISTRY = {"pingmesh": "collectors.pingmesh:PingmeshCollector"}
 MS = 1_000_000
@@ -245,7 +245,9 @@ async def test_an_answering_agent_reports_when_its_responder_started_and_a_resta
         assert "responder_start_time" not in _by_counter(await client.collect(), "")
         await client.close()
         await server.close()
-        assert first == second and set(first) == {"responder_start_time"}
+        assert first == second
+        assert set(first) == {"responder_start_time", "responder_socket_drops", "responder_late_answers"}
+        assert first["responder_socket_drops"] == first["responder_late_answers"] == 0
         assert before <= first["responder_start_time"] <= time.time()
         starts.append(first["responder_start_time"])
     assert starts[0] < starts[1]

@@ -11,7 +11,8 @@ from itertools import pairwise
 from typing import Any
 
 from collectors.pingmesh import PingmeshCollector, PingmeshFactories
-from fabricd.probe import Ledger, ResponderProtocol
+from fabricd.probe import ResponderProtocol
+from fabricd.probe_ledger import Ledger
 from fabricd.signal_math import loss_ratio
 from tests.test_pingmesh import _by_counter, _mesh
 
@@ -35,6 +36,7 @@ class _ResponderThread(threading.Thread):
         self.ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: asyncio.Event | None = None
+        self.server: PingmeshCollector | None = None
 
     def run(self) -> None:
         asyncio.run(self._serve())
@@ -46,6 +48,11 @@ class _ResponderThread(threading.Thread):
         self._loop.call_soon_threadsafe(time.sleep, seconds)
         return True
 
+    def collect(self) -> dict[str, float]:
+        """The responder's own counts (``device`` empty), collected on its loop."""
+        assert self._loop is not None and self.server is not None
+        return _by_counter(asyncio.run_coroutine_threadsafe(self.server.collect(), self._loop).result(10), "")
+
     def stop(self) -> None:
         if self._loop is not None and self._done is not None:
             self._loop.call_soon_threadsafe(self._done.set)
@@ -55,7 +62,7 @@ class _ResponderThread(threading.Thread):
         self._loop, self._done = asyncio.get_running_loop(), asyncio.Event()
         server = _mesh({"listen_address": "127.0.0.1", "listen_port": 0}, PingmeshFactories(responder=_SlowPath))
         await server.collect()
-        self.port = server.listen_port
+        self.server, self.port = server, server.listen_port
         self.ready.set()
         await self._done.wait()
         await server.close()
@@ -116,6 +123,30 @@ async def test_a_stalled_responders_late_replies_land_in_the_scrape_of_their_los
     assert deltas[0]["probes_lost"] == deltas[0]["probes_late"] == 0
     assert deltas[1]["probes_lost"] == deltas[1]["probes_late"] >= 10
     assert [loss_ratio((d["probes_sent"], d["probes_lost"], d["probes_late"])) for d in deltas] == [0.0, 0.0]
+
+
+async def test_a_stalled_responder_counts_the_requests_it_held_and_drops_none() -> None:
+    """The requests that reached the responder's host during its stall, read when it came back at
+    least ``HELD_LATE_NS`` after they arrived, are counted (``responder_late_answers``: the central
+    does not count its probers' loss then, ``fabricd.detect.responders``); its queue dropped none."""
+    peer, client = _peer_and_prober(rate_per_second=100)
+    try:
+        await client.collect()
+        await asyncio.sleep(0.3)
+        before = peer.collect()
+        sent_before = _by_counter(await client.collect(), "srv")["probes_sent"]
+        assert peer.stall(RESPONDER_STALL_SECONDS)
+        await asyncio.sleep(RESPONDER_STALL_SECONDS + 0.3)
+        after = peer.collect()
+        sent_after = _by_counter(await client.collect(), "srv")["probes_sent"]
+    finally:
+        await client.close()
+        peer.stop()
+    assert before["responder_late_answers"] == 0
+    # Those that came in the stall's first 0.45 s (held 0.25 s and more): ~45 at 100/s, of the ~100
+    # sent since the first scrape.
+    assert 0 < after["responder_late_answers"] < sent_after - sent_before
+    assert after["responder_socket_drops"] == 0
 
 
 MS = 1_000_000

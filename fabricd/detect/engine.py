@@ -24,7 +24,7 @@ from fabricd.detect.findings import Tracker
 from fabricd.detect.incidents import IncidentBook, Proposal
 from fabricd.detect.latency import BaselineParams, Baselines
 from fabricd.detect.localize import Localizer, PathOracle
-from fabricd.detect.responders import RESPONDER_START, Responders
+from fabricd.detect.responders import REPORTS, Responders
 from fabricd.detect.rules import Rule, RuleSet, load_rules
 from fabricd.detect.settle import Scrape
 from fabricd.detect.signals import IB, SIGNALS, WANTED, Extractor, Record
@@ -237,9 +237,9 @@ class DetectionEngine:
         if signal == "probe_loss_ratio":  # observed once the moment's responder starts are read
             self._pairs[(node, device)] = ts
             return self.responders.hold(node, device, port, labels, ts, value)
-        if signal != RESPONDER_START:
+        if signal not in REPORTS:
             return self._observe(signal, node, device, port, labels, ts, value)
-        self.responders.started(node, ts, value)
+        self.responders.report(signal, node, ts, value)
 
     def _observe_delay(
         self, signal: str, node: str, device: str, port: str, labels: Labels, ts: float, value: float

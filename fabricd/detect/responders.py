@@ -39,6 +39,19 @@ lab's quick restart under CI's load opened packet_loss so). A loss therefore wai
 has reported a scrape of its time (``WAIT_SECONDS`` at most), whose start then says whether the
 responder ran throughout.
 
+A responder whose host dropped requests (its socket's queue full: the agent stalled; its
+``responder_socket_drops`` counter rose, ``fabricd.udpstamp``) left its probers' probes unanswered
+the same way, and one that held requests past ``fabricd.probe.HELD_LATE_NS`` (its
+``responder_late_answers`` rose) answered them past its probers' timeouts, maybe after their
+settling too: a stall of more than the timeout and the settling together puts the loss in one
+scrape and the late reply in the next, where no per-scrape ratio takes it back. Its probers cannot
+tell which of their probes those were: a scrape of a pair whose peer missed so within its probes'
+time (``MARGIN_SECONDS`` before the scrape's start to its end) is not observed either. Measured: a
+leaf-spine lab run on two cores busy with the rest of the test suite opened ``packet_loss`` on a
+healthy host link beside the real fault, every pair to that host lost probes at once, its own
+leaf's among them (tests/test_leafspine_lab.py, 2026-12-07). The prober's own socket's drops never reach this far: its agent counts those probes as
+``probes_host_dropped``, not lost (``fabricd.probe_ledger.Ledger``).
+
 Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
 start in the same moment. Loss observations are held until the moment's records are all read
 (``hold``, ``release``). A peer whose agent has never reported (a node without fabricd, or one whose
@@ -54,6 +67,9 @@ from dataclasses import dataclass, field
 from fabricd.model import Labels
 
 RESPONDER_START = "responder_start_time_seconds"  # the pingmesh gauge (collectors/pingmesh.py)
+RESPONDER_DROPS = "responder_socket_drops"  # the pingmesh counters (their rates, per second)
+RESPONDER_LATE = "responder_late_answers"
+REPORTS = (RESPONDER_START, RESPONDER_DROPS, RESPONDER_LATE)  # what an agent says of its responder
 MARGIN_SECONDS = 4.0  # a probe's timeout (1 s) and the settling before it is reported lost (<= 2 s), + 1 s
 NEVER = float("-inf")
 # How long a loss waits for its peer's scrape of its time: past settlement's lateness (0.5 x the
@@ -82,6 +98,17 @@ class Responders:
     answered: set[tuple[str, str]] = field(default_factory=set)  # pairs with a reply seen in some scrape
     silent: frozenset[str] = frozenset()  # nodes left out of the moment being read (the module's doc)
     newest: float = NEVER  # the newest loss scrape held: the clock of the waits
+    # (node, counter) -> the (previous scrape, scrape] spans in which its responder missed requests
+    # (dropped, or held late): each counter's own scrapes give its spans
+    misses: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=dict)
+    misses_read: dict[tuple[str, str], float] = field(default_factory=dict)  # -> its last scrape
+
+    def report(self, name: str, node: str, ts: float, value: float) -> None:
+        """One of ``REPORTS`` from ``node``'s scrape at ``ts``."""
+        if name == RESPONDER_START:
+            self.started(node, ts, value)
+        else:
+            self.missed(node, name, ts, value)
 
     def started(self, node: str, ts: float, start: float) -> None:
         """``node``'s scrape at ``ts`` says its responder has answered since ``start``."""
@@ -93,11 +120,32 @@ class Responders:
         else:
             peer.last_ts = max(peer.last_ts, ts)
 
+    def missed(self, node: str, counter: str, ts: float, per_second: float) -> None:
+        """``node``'s scrape at ``ts`` read its responder's ``counter`` (requests dropped, or held
+        late) rising at ``per_second``."""
+        key = (node, counter)
+        since = self.misses_read.get(key, NEVER)
+        self.misses_read[key] = max(since, ts)
+        if since >= ts:
+            since = NEVER  # a scrape read out of order: its span is not known, any time before it
+        if per_second > 0:
+            spans = self.misses.setdefault(key, [])
+            spans.append((since, ts))
+            horizon = ts - 2 * WAIT_SECONDS  # older than any held loss's scrape can reach back
+            if spans[0][1] < horizon:
+                spans[:] = [span for span in spans if span[1] >= horizon]
+
     def unanswerable(self, peer: str, since: float, ts: float) -> bool:
         """Whether the scrape of a pair to ``peer`` covering ``(since, ts]`` may hold probes sent
-        while ``peer``'s responder was not running."""
+        while ``peer``'s responder was not running, or that its host dropped or held late."""
         p = self.peers.get(peer)
-        return p is not None and ts > p.absent_from and since < p.start + MARGIN_SECONDS
+        if p is not None and ts > p.absent_from and since < p.start + MARGIN_SECONDS:
+            return True
+        return any(
+            a < ts and b > since - MARGIN_SECONDS
+            for counter in REPORTS[1:]
+            for a, b in self.misses.get((peer, counter), ())
+        )
 
     def says_nothing(self, pair: tuple[str, str]) -> bool:
         """Whether a probed pair says nothing of its path, so that it neither clears an element nor

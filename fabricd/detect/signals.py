@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fabricd import signal_table as table
-from fabricd.detect.responders import RESPONDER_START
+from fabricd.detect.responders import REPORTS
 from fabricd.model import Labels
 from fabricd.signal_math import ScopeKey, first, join_device_level
 
@@ -38,8 +38,13 @@ EFFICIENCY_RUNS = 3
 # The signals rules may name, with their help text (the table's detector signals).
 SIGNALS: dict[str, str] = {s.name: s.help for s in table.SIGNALS if s.central}
 # The neutral names each source handler reads (the signals' inputs, and the pingmesh responder's
-# start: fabricd.detect.responders); everything else is skipped before it costs anything.
-WANTED: dict[str, frozenset[str]] = {**table.SOURCE_INPUTS, PINGMESH: table.SOURCE_INPUTS[PINGMESH] | {RESPONDER_START}}
+# start and drops: fabricd.detect.responders); everything else is skipped before it costs anything.
+WANTED: dict[str, frozenset[str]] = {
+    **table.SOURCE_INPUTS,
+    PINGMESH: table.SOURCE_INPUTS[PINGMESH] | set(REPORTS),
+}
+
+PASSED = tuple((name, name) for name in REPORTS)
 
 Emit = Callable[[str, str, str, str, Labels, float, float], None]  # signal, node, dev, port, labels, ts, v
 
@@ -121,12 +126,9 @@ class Extractor:
     def pingmesh(self, rec: Record, labels: Labels, values: dict[str, float]) -> None:
         # scored by the engine against the pair's baseline, the prober's common mode removed
         # (fabricd.detect.delays: rtt_queue_outlier, rtt_p99_outlier)
-        # and the peer's responder start, by which the engine tells unanswerable probes from lost
-        for name, signal in (
-            ("rtt_min_seconds", "rtt_min"),
-            ("rtt_p99_seconds", "rtt_p99"),
-            (RESPONDER_START, RESPONDER_START),
-        ):
+        # and what the peer says of its responder (its start, the requests it missed), by which the
+        # engine tells unanswerable probes from lost
+        for name, signal in (("rtt_min_seconds", "rtt_min"), ("rtt_p99_seconds", "rtt_p99"), *PASSED):
             v = values.get(name)
             if v is not None:
                 self.emit(signal, rec.node, rec.device, "", labels, rec.ts, v)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from fabricd.probe import PeerCounts, Probe, ResponderProtocol, RttSummary, Target, reply_to
+from fabricd.probe import Probe, ResponderProtocol, Target, reply_to
+from fabricd.probe_ledger import PeerCounts, RttSummary
 from fabricd.sim import faults as faults_mod
 from fabricd.sim.fabric import stable_hash
 from fabricd.sim.jitter import host_level, jittered, pair_offset
