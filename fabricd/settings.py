@@ -313,6 +313,10 @@ class ServerSettings(_Base):
     )
     # After a crash latest values are rebuilt from the points stored since (docs/storage.md).
     latest_flush_seconds: float = _doc(30.0, "Latest values live in memory and are written this often.", gt=0)
+    # Past uvicorn's 10 s drain and the last write; under the shipped units' 60 s (server/shutdown.py).
+    shutdown_timeout_seconds: float = _doc(
+        45.0, "A stop not finished this long after SIGTERM exits with code 70 and every thread's stack.", gt=0
+    )
 
     @field_validator("listen")
     @classmethod

@@ -13,6 +13,7 @@ from fabricd.hooks.config import HookConfigError
 from fabricd.server import db
 from fabricd.server.app import create_app
 from fabricd.server.detection import EngineDetector
+from fabricd.server.shutdown import BoundedServer, Deadline
 from fabricd.settings import ServerSettings, parse_listen
 
 
@@ -52,7 +53,7 @@ def serve(settings: ServerSettings) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
-    server = uvicorn.Server(config)
+    server = BoundedServer(config, Deadline(settings.shutdown_timeout_seconds))
     gctune.tune_for_service()
     # uvicorn shuts down gracefully on SIGTERM, then raises the signal again under the handler it
     # found installed: with the default one the process dies of it (exit 143), which systemd and
