@@ -5,6 +5,7 @@ the latest values waits on a lock another session holds."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 import sqlalchemy
 
-from fabricd.server.shutdown import EXIT_CODE
+from fabricd.server.shutdown import EXIT_CODE, Deadline
 from tests.helpers import skip_or_fail
 from tests.support.points import written_latest
 from tests.support.server import ServerProcess, encoded, ib_sample, make_batch, pg_reachable, pg_schema
@@ -74,3 +75,26 @@ def test_a_stop_held_by_a_database_lock_ends_at_its_deadline_with_the_stacks_and
         finally:
             server.stop()
             engine.dispose()
+
+
+def test_the_deadline_dumps_every_threads_stack_then_exits_with_its_code(tmp_path: Path) -> None:
+    """In process, with the exit recorded instead of taken: the stacks name the threads at work (a
+    thread stuck in ``hung`` here), and the exit comes after them."""
+    exits: list[int] = []
+    release = threading.Event()
+
+    def hung() -> None:
+        release.wait(30)
+
+    worker = threading.Thread(target=hung, daemon=True)
+    worker.start()
+    with open(tmp_path / "stderr", "w") as stream:
+        Deadline(0.05, stream=stream, exit=exits.append).start()
+        for _ in range(100):
+            if exits:
+                break
+            time.sleep(0.05)
+    release.set()
+    dump = (tmp_path / "stderr").read_text()
+    assert exits == [EXIT_CODE]
+    assert "in hung" in dump and "in expire" in dump  # the stuck thread's frame, and the deadline's own

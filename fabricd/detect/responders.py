@@ -49,8 +49,9 @@ tell which of their probes those were: a scrape of a pair whose peer missed so w
 time (``MARGIN_SECONDS`` before the scrape's start to its end) is not observed either. Measured: a
 leaf-spine lab run on two cores busy with the rest of the test suite opened ``packet_loss`` on a
 healthy host link beside the real fault, every pair to that host lost probes at once, its own
-leaf's among them (tests/test_leafspine_lab.py, 2026-12-07). The prober's own socket's drops never reach this far: its agent counts those probes as
-``probes_host_dropped``, not lost (``fabricd.probe_ledger.Ledger``).
+leaf's among them (tests/test_leafspine_lab.py, 2026-12-07). The prober's own socket's drops never
+reach this far: its agent counts those probes as ``probes_host_dropped``, not lost
+(``fabricd.probe_ledger.Ledger``).
 
 Order: a moment's samples are absorbed node by node, so a prober's loss may come before its peer's
 start in the same moment. Loss observations are held until the moment's records are all read

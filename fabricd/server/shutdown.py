@@ -3,8 +3,8 @@
 A stop waits for work in threads that no cancellation reaches: the last write of the latest
 values, a batch in the writer, a hook's delivery. Measured: a PostgreSQL session holding a lock on
 ``latest_chunks`` (a hand-run ``LOCK TABLE``, another process's migration) kept a central that had
-been sent SIGTERM in its shutdown write for as long as the lock was held, 40 s in the test and
-without bound in principle; ``make bench``'s bus rows once saw a central ignore SIGTERM for 120 s
+been sent SIGTERM in its shutdown write for as long as the lock was held (40 s in the experiment,
+without bound in principle); ``make bench``'s bus rows once saw a central ignore SIGTERM for 120 s
 (docs/benchmarks.md). A supervisor then kills it (systemd after ``TimeoutStopSec``, Kubernetes
 after ``terminationGracePeriodSeconds``) and nothing says where it hung.
 
@@ -41,7 +41,7 @@ log = logging.getLogger("fabricd.server")
 
 
 class Deadline:
-    """Ends the process ``seconds`` after ``start`` unless ``cancel`` comes first."""
+    """Ends the process ``seconds`` after ``start``, unless it has ended by then."""
 
     def __init__(
         self,
@@ -50,18 +50,11 @@ class Deadline:
         exit: Callable[[int], object] = os._exit,  # os._exit: sys.exit would wait for the hung threads
     ) -> None:
         self.seconds, self.stream, self.exit = seconds, stream, exit
-        self._timer: threading.Timer | None = None
 
     def start(self) -> None:
-        self._timer = threading.Timer(self.seconds, self.expire)
-        self._timer.daemon = True
-        self._timer.name = "shutdown-deadline"
-        self._timer.start()
-
-    def cancel(self) -> None:
-        """Stop the clock (an in-process caller whose stop finished; the service never does)."""
-        if self._timer is not None:
-            self._timer.cancel()
+        timer = threading.Timer(self.seconds, self.expire)
+        timer.daemon, timer.name = True, "shutdown-deadline"
+        timer.start()
 
     def expire(self) -> None:
         stream = self.stream or sys.stderr
