@@ -38,7 +38,7 @@ EFFICIENCY_RUNS = 3
 # The signals rules may name, with their help text (the table's detector signals).
 SIGNALS: dict[str, str] = {s.name: s.help for s in table.SIGNALS if s.central}
 # The neutral names each source handler reads (the signals' inputs, and the pingmesh responder's
-# start and drops: fabricd.detect.responders); everything else is skipped before it costs anything.
+# start and the requests it missed: fabricd.detect.responders); everything else is skipped first.
 WANTED: dict[str, frozenset[str]] = {
     **table.SOURCE_INPUTS,
     PINGMESH: table.SOURCE_INPUTS[PINGMESH] | set(REPORTS),
