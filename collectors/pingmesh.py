@@ -15,8 +15,9 @@ agent's restart, the fleet's start) from probes the fabric dropped (``fabricd.de
 With ``device`` empty too, ``prober_socket_drops`` and ``responder_socket_drops`` count the
 datagrams each socket dropped (its receive queue full: the agent read too slowly;
 ``fabricd.udpstamp``), and ``responder_late_answers`` the requests the responder read
-``fabricd.probe.HELD_LATE_NS`` or more after they arrived (its agent stalled). Both sockets' queues are sized to hold ``QUEUE_HELD_SECONDS`` of the mesh's
-datagrams, so that a stalled agent reads them late rather than loses them.
+``fabricd.probe.HELD_LATE_NS`` or more after they arrived (its agent stalled). Both sockets'
+queues are sized to hold ``QUEUE_HELD_SECONDS`` of the mesh's datagrams, so that a stalled agent
+reads them late rather than loses them.
 
 Side effects come from ``PingmeshFactories``: ``socket`` (``fabricd.probe.SocketFactory``; the netns
 lab passes one that opens sockets inside a host namespace), ``responder`` (the responder protocol;
@@ -81,8 +82,9 @@ BAD_HISTORY = 30
 # kernel's default queue (net.core.rmem_default, 208 KiB) held 256 probes (832 bytes each, measured
 # on loopback: tests/test_udpstamp.py), 1.1 s of 24 peers at 10/s. 10 s is ten times the longest
 # stall measured (the first 4-11 probes at 10/s of a loaded demo's start: fabricd/udpstamp.py); a
-# longer one's drops are counted as the host's (``probes_host_dropped``). The kernel charges a datagram its whole buffer: its length
-# plus ``DATAGRAM_OVERHEAD_BYTES`` (832 - 28 measured, rounded up). Queue memory is charged only
+# longer one's drops are counted as the host's (``probes_host_dropped``). The kernel charges a
+# datagram its whole buffer: its length plus ``DATAGRAM_OVERHEAD_BYTES`` (832 - 28 measured,
+# rounded up). Queue memory is charged only
 # while datagrams wait, so the bounds cap a stall's worst case, not the agent's footprint: at least
 # ``QUEUE_MIN_BYTES`` (about 4,000 probes: a responder's probers are not in its configuration, and
 # one that only answers may be probed by hundreds), at most ``QUEUE_MAX_BYTES``.
@@ -211,22 +213,20 @@ class PingmeshCollector:
         else:
             sock.bind((self.options.listen_address, self.options.listen_port))
         set_dscp(sock, self.options.dscp)  # replies travel in the same class as the requests
-        # Its probers are unknown; a mesh is symmetric, so this node's own rates stand for theirs.
-        receive_buffer(sock, queue_bytes(self._mesh_rate, self._datagram_bytes))
+        self._size_queue(sock)
         self.responder_socket = sock
         self.responder = self.responder_factory()
         transport = await start_responder(sock, self.responder)
         self.transports.append(transport)
         self.responder_started = time.time()
 
-    @property
-    def _mesh_rate(self) -> float:
-        """Probes a second to every peer together: the replies that come back."""
-        return sum(p.rate_per_second for p in self.options.peers) or DEFAULT_RATE
-
-    @property
-    def _datagram_bytes(self) -> int:
-        return 28 + self.options.payload_bytes + (16 if self.options.shape is Shape.ROCEV2 else 0)  # BTH, ICRC
+    def _size_queue(self, sock: socket.socket) -> None:
+        """Size ``sock``'s receive queue for the mesh: this node's probes a second to every peer (the
+        replies that come back; a responder's probers are unknown, and a mesh is symmetric, so these
+        rates stand for theirs) of the probes' size (28 bytes, the padding, RoCEv2's BTH and ICRC)."""
+        rate = sum(p.rate_per_second for p in self.options.peers) or DEFAULT_RATE
+        size = 28 + self.options.payload_bytes + (16 if self.options.shape is Shape.ROCEV2 else 0)
+        receive_buffer(sock, queue_bytes(rate, size))
 
     def _tracing(self, family: int) -> bool:
         return self.options.trace_paths and family == socket.AF_INET and self.prober_factory is None
@@ -241,7 +241,7 @@ class PingmeshCollector:
         family = _family(peers[0].address)
         sock = self.socket_factory(family)
         set_dscp(sock, self.options.dscp)
-        receive_buffer(sock, queue_bytes(self._mesh_rate, self._datagram_bytes))
+        self._size_queue(sock)
         tracing = self._tracing(family)
         if tracing:  # the trace sockets share the probes' source port (fabricd.tracing)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

@@ -70,7 +70,8 @@ from fabricd.model import Labels
 RESPONDER_START = "responder_start_time_seconds"  # the pingmesh gauge (collectors/pingmesh.py)
 RESPONDER_DROPS = "responder_socket_drops"  # the pingmesh counters (their rates, per second)
 RESPONDER_LATE = "responder_late_answers"
-REPORTS = (RESPONDER_START, RESPONDER_DROPS, RESPONDER_LATE)  # what an agent says of its responder
+MISSES = (RESPONDER_DROPS, RESPONDER_LATE)  # requests its host dropped, or held late
+REPORTS = (RESPONDER_START, *MISSES)  # what an agent says of its responder
 MARGIN_SECONDS = 4.0  # a probe's timeout (1 s) and the settling before it is reported lost (<= 2 s), + 1 s
 NEVER = float("-inf")
 # How long a loss waits for its peer's scrape of its time: past settlement's lateness (0.5 x the
@@ -143,9 +144,7 @@ class Responders:
         if p is not None and ts > p.absent_from and since < p.start + MARGIN_SECONDS:
             return True
         return any(
-            a < ts and b > since - MARGIN_SECONDS
-            for counter in REPORTS[1:]
-            for a, b in self.misses.get((peer, counter), ())
+            a < ts and b > since - MARGIN_SECONDS for counter in MISSES for a, b in self.misses.get((peer, counter), ())
         )
 
     def says_nothing(self, pair: tuple[str, str]) -> bool:
