@@ -31,24 +31,26 @@ READ_POINTS = 20_000  # the detection loop's read (fabricd/server/detection.py)
 LEARNING_SCRAPES = 2
 
 
-def counter_names(n: int) -> list[tuple[str, str]]:
-    """``n`` (counter, neutral name) pairs of real InfiniBand counters: PortCounters first."""
+def counter_names() -> list[tuple[str, str]]:
+    """Every (counter, neutral name) pair of the real InfiniBand tables a ConnectX port reports,
+    each once: the IBA PortCounters, then the mlx5 hw_counters (57). An agent sends each series of a
+    scrape once; padding these to 60 by repeating three made every batch hold 24 duplicate
+    identities, which took the writer's general path instead of a first scrape's."""
     from fabricd.drivers.ib import mlx5, pma
 
     table = [*pma.BASE, *pma.DATA, *pma.EXT_ONLY, *pma.EXTRA, *mlx5.DRIVER.counters]
     seen: dict[str, str] = {}
     for c in table:
         seen.setdefault(c.raw, c.name or c.raw)
-    names = list(seen.items())
-    return (names * (n // len(names) + 1))[:n] if len(names) < n else names[:n]
+    return list(seen.items())
 
 
-def fleet(nodes: int, scrapes: int, ports: int, counters: int, t0: float) -> list[Any]:
+def fleet(nodes: int, scrapes: int, ports: int, t0: float) -> list[Any]:
     """Batches as the agents send them (one per node and scrape), real counter names: traffic
     counters at a steady rate, error counters at 0 (a healthy fabric: nothing to localize)."""
     from fabricd.model import Batch, Kind, Reading, Sample
 
-    names = counter_names(counters)
+    names = counter_names()
     out = []
     for k in range(scrapes):
         ts = t0 + 10.0 * k
@@ -166,7 +168,7 @@ def run_on(url_of: Any, nodes: int, scrapes: int, runs: int, tmp: Path) -> list[
     """``runs`` measurements after a warm-up, each on a database from ``url_of(run, tmp)``."""
     from fabricd.wire import encode
 
-    batches = fleet(nodes, scrapes, 8, 60, t0=time.time() - 10.0 * scrapes)
+    batches = fleet(nodes, scrapes, 8, t0=time.time() - 10.0 * scrapes)
     bodies = [encode(b) for b in batches]
     results = []
     for run in range(runs + 1):

@@ -974,7 +974,7 @@ def bench_replica(mode: str) -> list[Row]:
     # series (and detection learns them), a cost a running fleet no longer pays.
     steady = {"smoke": 3, "quick": 6, "full": 10}[mode]
     rows: list[Row] = []
-    note = f"{nodes} nodes x 8 ports x 60 real IB counter names x {steady} scrapes (the first creating the series), in-process, thread CPU"
+    note = f"{nodes} nodes x 8 ports x 57 real IB counters x {steady} scrapes (the first creating the series), in-process, thread CPU"
     with tempfile.TemporaryDirectory() as tmp:
         rows += _stage_rows("SQLite", pipeline.run_on(_sqlite_db, nodes, steady, runs, Path(tmp)), note)
         if (probe := _postgres_url(999)) is not None:
