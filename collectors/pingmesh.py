@@ -84,10 +84,10 @@ BAD_HISTORY = 30
 # stall measured (the first 4-11 probes at 10/s of a loaded demo's start: fabricd/udpstamp.py); a
 # longer one's drops are counted as the host's (``probes_host_dropped``). The kernel charges a
 # datagram its whole buffer: its length plus ``DATAGRAM_OVERHEAD_BYTES`` (832 - 28 measured,
-# rounded up). Queue memory is charged only
-# while datagrams wait, so the bounds cap a stall's worst case, not the agent's footprint: at least
-# ``QUEUE_MIN_BYTES`` (about 4,000 probes: a responder's probers are not in its configuration, and
-# one that only answers may be probed by hundreds), at most ``QUEUE_MAX_BYTES``.
+# rounded up). Queue memory is charged only while datagrams wait, so the bounds cap a stall's
+# worst case, not the agent's footprint: at least ``QUEUE_MIN_BYTES`` (about 4,000 probes: a
+# responder's probers are not in its configuration, and one that only answers may be probed by
+# hundreds), at most ``QUEUE_MAX_BYTES``.
 QUEUE_HELD_SECONDS = 10.0
 DATAGRAM_OVERHEAD_BYTES = 1024
 QUEUE_MIN_BYTES = 4 * 1024 * 1024
