@@ -50,6 +50,7 @@ class CentralDouble:
         self.order: list[str] = []  # stored batch ids in arrival order
         self.requests: list[tuple[float, str, int]] = []  # (loop time, batch id, status answered)
         self.headers: list[dict[str, str]] = []
+        self.peers: list[int] = []  # the client's port per request: one per connection it used
         self.script: list[Scripted] = []
         self.reads: tuple[int, ...] = SUPPORTED_VERSIONS  # wire versions this "release" decodes
         self._server: uvicorn.Server | None = None
@@ -74,6 +75,7 @@ class CentralDouble:
     async def _ingest(self, request: Request) -> Response:
         body = await request.body()
         self.headers.append(dict(request.headers))
+        self.peers.append(request.client.port if request.client else 0)
         try:
             batch = decode(
                 body,

@@ -52,6 +52,7 @@ def serve(settings: ServerSettings) -> int:
         ssl_keyfile=settings.tls_keyfile,
         access_log=False,
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=settings.keepalive_timeout_seconds,
     )
     server = BoundedServer(config, Deadline(settings.shutdown_timeout_seconds))
     gctune.tune_for_service()

@@ -54,7 +54,11 @@ class HttpxPoster:
     """The real poster: one pooled ``httpx.AsyncClient``, TLS verified (custom CA allowed)."""
 
     def __init__(self, settings: TransportSettings) -> None:
-        self._client = httpx.AsyncClient(timeout=settings.timeout_seconds, verify=tls_verify(settings))
+        self._client = httpx.AsyncClient(
+            timeout=settings.timeout_seconds,
+            verify=tls_verify(settings),
+            limits=httpx.Limits(keepalive_expiry=settings.keepalive_seconds),
+        )
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> PostResult:
         try:
