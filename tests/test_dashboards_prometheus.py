@@ -378,6 +378,30 @@ def test_alert_rules_load_and_evaluate_on_real_data(stack: Stack) -> None:
     ]
 
 
+def test_a_dead_peer_stays_known_after_its_series_go_stale(stack: Stack) -> None:
+    """The last test on the stack: it kills an agent, as a host dies. Prometheus marks the dead
+    target's series stale at its first failed scrape, and ``peer:fabricd_pingmesh_responder_seen``,
+    which reads its own last value, still names that peer in evaluations after, so the loss
+    alert's exclusion of a dead peer's pairs holds past the 5-minute lookback."""
+    nodes = {f"node-{i:03d}" for i in range(1, NODES + 1)}
+
+    def seen() -> list[dict[str, Any]]:
+        found = stack.query("peer:fabricd_pingmesh_responder_seen")
+        return found if {r["metric"]["peer"] for r in found} == nodes else []
+
+    assert all(set(r["metric"]) == {"__name__", "peer"} for r in stack.eventually(seen))
+    dead = f"node-{NODES:03d}"
+    proc = dict(stack.procs.procs)[f"agent-{dead}"]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(15)
+    start = f'fabricd_pingmesh_responder_start_time_seconds{{node="{dead}"}}'
+    assert stack.eventually(lambda: [] if stack.query(start) else [{"stale": True}])
+    stale = time.time()
+    after = f'timestamp(peer:fabricd_pingmesh_responder_seen{{peer="{dead}"}}) > {stale:.3f}'
+    assert stack.eventually(lambda: stack.query(after)), stack.query("peer:fabricd_pingmesh_responder_seen")
+    assert stack.eventually(seen)
+
+
 def test_dashboard_metrics_are_catalogued() -> None:
     for path in DASHBOARDS:
         for title, t in panel_targets(json.loads(path.read_text())):
