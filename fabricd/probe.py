@@ -233,7 +233,14 @@ class ProberProtocol(asyncio.DatagramProtocol):
         # ``start_prober``'s StampedEndpoint, or an asyncio transport (cast, not isinstance: 3.11's
         # selector datagram transport does not subclass DatagramTransport).
         self.transport = cast(StampedEndpoint | asyncio.DatagramTransport, transport)
-        self.tasks = [asyncio.create_task(self._pace(s)) for s in self.targets]
+        # Each target's probes start a fraction of their interval after the previous target's, so
+        # the prober sends one probe at a time instead of a burst to every peer per interval (as
+        # kubeservice-stack/pingmesh-agent spreads its probe jobs over the interval, and tinc sends
+        # "one MTU probe at a time"): a burst reaches its first peer alone and the rest right behind
+        # it, so each path got the hosts' wake-up delays by its place in the burst, not by its own
+        # (live, a prober's first path sat 200 us above its others; docs/latency.md).
+        count = len(self.targets)
+        self.tasks = [asyncio.create_task(self._pace(s, k / count)) for k, s in enumerate(self.targets)]
 
     def datagram_received(self, data: bytes, addr: Any, arrival_ns: int | None = None) -> None:
         """A datagram, with the time it reached the host when known (``fabricd.udpstamp``; None
@@ -269,11 +276,12 @@ class ProberProtocol(asyncio.DatagramProtocol):
         if self.transport.sendto(data, (target.address, target.port)) is False:  # asyncio's: None
             self.ledgers[session].on_unsent(seq)
 
-    async def _pace(self, session: int) -> None:
+    async def _pace(self, session: int, phase: float = 0.0) -> None:
         # Absolute schedule (start + k / rate): a slow loop iteration does not lower the rate.
         interval = 1.0 / self.targets[session].rate_per_second
         loop = asyncio.get_running_loop()
-        start, seq = loop.time(), 0
+        start, seq = loop.time() + phase * interval, 0
+        await asyncio.sleep(phase * interval)
         while True:
             self.send_one(session, seq)
             seq += 1

@@ -105,15 +105,15 @@ def test_one_leafs_probers_slow_beyond_their_leaf_are_no_queue_on_its_uplink(tmp
 
 @pytest.mark.xfail(
     strict=True,
-    reason="open defect: a prober's host shift spares its pinned path to its own leaf, so its common "
-    "mode stays small; one other leaf's prober slow by the same chance defeats sides.one_sided "
-    "(tests/cases/live/ORIGIN.md, demo_one_leaf_and_a_neighbour_slow)",
+    reason="open in the detector: a prober's host shift that spares one pinned path leaves its common "
+    "mode small, and one other leaf's prober slow by the same chance defeats sides.one_sided; the "
+    "agents no longer probe in bursts, which pinned the path live (tests/cases/live/ORIGIN.md)",
 )
 def test_one_leafs_probers_and_one_neighbours_slow_at_once_are_no_queue_on_its_uplink(tmp_path: Path) -> None:
     """An eighth live demo (2026-12-07, on a 2-core Intel Xeon while other tests ran): the right link
     opened on time, then 33 s into the fault ``congestion leaf-03~spine-02`` opened on 7 slow pairs,
-    6 from leaf-03's probers and ``node-007`` (leaf-02) to ``node-011``. Strict: once fixed, this
-    passes and its mark must go."""
+    6 from leaf-03's probers and ``node-007`` (leaf-02) to ``node-011``. Recorded while agents still
+    probed their peers in a burst. Strict: once the detector copes, this passes and its mark must go."""
     opened = replay_stored(_unpacked("demo_one_leaf_and_a_neighbour_slow", tmp_path))
     assert [(o.kind, o.element) for o in opened] == [("congestion", "leaf-02~spine-01")]
 

@@ -6,6 +6,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ from fabricd.probe import (
     REPLY,
     REQUEST,
     Probe,
+    ProberProtocol,
     ResponderProtocol,
     Shape,
+    Target,
     decode,
     drop_every,
     encode,
@@ -251,3 +254,30 @@ async def test_an_answering_agent_reports_when_its_responder_started_and_a_resta
         assert before <= first["responder_start_time"] <= time.time()
         starts.append(first["responder_start_time"])
     assert starts[0] < starts[1]
+
+
+async def test_a_probers_targets_are_probed_one_at_a_time_not_in_a_burst() -> None:
+    """Four targets at 2 probes/s: each target's probes start a quarter interval after the
+    previous target's, so the first round reaches them in order over 3/8 s (a burst would reach
+    them within a millisecond or two, each path's delay then depending on its place in it)."""
+    loop = asyncio.get_running_loop()
+    arrivals: list[tuple[float, int]] = []
+
+    class _Sink(asyncio.DatagramProtocol):
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def datagram_received(self, data: bytes, addr: Any) -> None:
+            arrivals.append((loop.time(), self.index))
+
+    sinks = [await loop.create_datagram_endpoint(partial(_Sink, i), local_addr=("127.0.0.1", 0)) for i in range(4)]
+    targets = [Target(f"t{i}", "127.0.0.1", t.get_extra_info("sockname")[1], 2.0) for i, (t, _) in enumerate(sinks)]
+    prober, _ = await loop.create_datagram_endpoint(lambda: ProberProtocol(targets, 10**9), local_addr=("127.0.0.1", 0))
+    await asyncio.sleep(0.9)
+    prober.close()
+    for transport, _ in sinks:
+        transport.close()
+    first = arrivals[:4]
+    assert [index for _, index in first] == [0, 1, 2, 3]
+    assert first[-1][0] - first[0][0] > 0.375 / 2  # spread over the interval, not a burst
+    assert [index for _, index in arrivals[4:8]] == [0, 1, 2, 3]  # and so every round

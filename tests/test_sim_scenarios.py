@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fabricd.collector import build
 from fabricd.parsers.nccl import parse_nccl_output
+from fabricd.probe import REQUEST, Probe, encode
 from fabricd.sim import live
 from fabricd.sim.cluster import create
 from fabricd.sim.scenario import FAULT_KINDS, ScenarioError, load, parse, shipped
@@ -148,3 +150,43 @@ def test_fabricd_sim_command_writes_agent_configs(tmp_path: Path) -> None:
         proc.send_signal(2)  # Ctrl-C stops it cleanly
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+
+
+async def test_the_live_responders_delay_a_reply_by_the_path_model_not_by_the_loops_millisecond(tmp_path: Path) -> None:
+    """A congested path's replies wait the model's queue (about 0.2 ms here), not asyncio's epoll
+    millisecond: the simulator's loop runs on select(), whose timeouts are in microseconds."""
+    scenario = load(
+        "demo", faults=[{"kind": "congestion", "at": "leaf-02~spine-01", "start": 0, "end": 3600, "severity": 0.5}]
+    )
+    handle = await asyncio.to_thread(live.start, scenario, tmp_path)
+    try:
+        probes = handle.cluster.sim.fabric.probes
+        slow = next(p for p in probes if "leaf-02~spine-01" in p.links)
+        fast = next(p for p in probes if len(p.links) == 4 and "leaf-02~spine-01" not in p.links)
+        await asyncio.sleep(2 * scenario.sim_step)  # the model's first steps: the fault is on
+        slow_rtt = await _min_rtt(handle.ports[(slow.src, slow.dst)])
+        fast_rtt = await _min_rtt(handle.ports[(fast.src, fast.dst)])
+    finally:
+        handle.stop()
+    assert 0.05e-3 < slow_rtt - fast_rtt < 0.6e-3, (slow_rtt, fast_rtt)  # epoll made it 1 ms or more
+
+
+async def _min_rtt(port: int, count: int = 30) -> float:
+    loop = asyncio.get_running_loop()
+    replies: asyncio.Queue[float] = asyncio.Queue()
+
+    class _Prober(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: Any) -> None:
+            replies.put_nowait(time.perf_counter())
+
+    transport, _ = await loop.create_datagram_endpoint(_Prober, remote_addr=("127.0.0.1", port))
+    rtts = []
+    try:
+        for seq in range(count):
+            sent = time.perf_counter()
+            transport.sendto(encode(Probe(REQUEST, 1, seq, time.monotonic_ns())))
+            rtts.append(await asyncio.wait_for(replies.get(), 2.0) - sent)
+            await asyncio.sleep(0.03)
+    finally:
+        transport.close()
+    return min(rtts)

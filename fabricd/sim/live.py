@@ -11,8 +11,10 @@ config to give ``fabricd agent --config`` for that node (with ``--sysfs-root han
 from __future__ import annotations
 
 import asyncio
+import selectors
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,8 @@ class LiveCluster:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            with asyncio.Runner(loop_factory=_loop_factory(len(self.cluster.sim.fabric.probes))) as runner:
+                runner.run(self._main())
         except BaseException as exc:  # reported to the caller through .error; the thread just ends
             self.error = exc
             self._ready.set()
@@ -84,6 +87,19 @@ class LiveCluster:
             k += 1
             self.cluster.advance_to(k * sc.sim_step)
             self.cluster.write_nccl(k * sc.sim_step)
+
+
+# asyncio's default selector (epoll) waits in whole milliseconds: a reply the path model delays by
+# 290 us (a congested path's queue) went out 1.0-1.4 ms late, five times the model's queue, whenever
+# no other datagram woke the loop first. select() waits in microseconds; its FD_SETSIZE (1024)
+# bounds the sockets it watches, one per probed pair, so larger clusters keep epoll (and the lag).
+SELECT_MAX_PAIRS = 1000
+
+
+def _loop_factory(pairs: int) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if pairs >= SELECT_MAX_PAIRS:
+        return None
+    return lambda: asyncio.SelectorEventLoop(selectors.SelectSelector())
 
 
 def start(
