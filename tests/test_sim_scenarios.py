@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -18,6 +20,7 @@ from fabricd.probe import REQUEST, Probe, encode
 from fabricd.sim import live
 from fabricd.sim.cluster import create
 from fabricd.sim.scenario import FAULT_KINDS, ScenarioError, load, parse, shipped
+from tests.helpers import skip_or_fail
 
 
 def _base(**over: object) -> dict[str, object]:
@@ -154,7 +157,9 @@ def test_fabricd_sim_command_writes_agent_configs(tmp_path: Path) -> None:
 
 async def test_the_live_responders_delay_a_reply_by_the_path_model_not_by_the_loops_millisecond(tmp_path: Path) -> None:
     """A congested path's replies wait the model's queue (about 0.2 ms here), not asyncio's epoll
-    millisecond: the simulator's loop runs on select(), whose timeouts are in microseconds."""
+    millisecond (the simulator's epoll rounds its waits down and polls for the rest), in a process
+    holding descriptors numbered past 1024 as a long test run does (select() refused those)."""
+    held = _descriptors_past(1024)
     scenario = load(
         "demo", faults=[{"kind": "congestion", "at": "leaf-02~spine-01", "start": 0, "end": 3600, "severity": 0.5}]
     )
@@ -168,7 +173,23 @@ async def test_the_live_responders_delay_a_reply_by_the_path_model_not_by_the_lo
         fast_rtt = await _min_rtt(handle.ports[(fast.src, fast.dst)])
     finally:
         handle.stop()
+        for fd in held:
+            os.close(fd)
     assert 0.05e-3 < slow_rtt - fast_rtt < 0.6e-3, (slow_rtt, fast_rtt)  # epoll made it 1 ms or more
+
+
+def _descriptors_past(number: int) -> list[int]:
+    """Open /dev/null until a descriptor numbered ``number`` or more is open (raising the soft limit
+    within the hard one); the caller closes them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < number + 64:
+        skip_or_fail(f"the open-files hard limit ({hard}) is under {number + 64}")
+    if soft != resource.RLIM_INFINITY and soft < number + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (number + 64, hard))
+    held = [os.open(os.devnull, os.O_RDONLY)]
+    while held[-1] < number:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    return held
 
 
 async def _min_rtt(port: int, count: int = 30) -> float:

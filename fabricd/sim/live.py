@@ -11,10 +11,10 @@ config to give ``fabricd agent --config`` for that node (with ``--sysfs-root han
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ class LiveCluster:
 
     def _run(self) -> None:
         try:
-            with asyncio.Runner(loop_factory=_loop_factory(len(self.cluster.sim.fabric.probes))) as runner:
+            with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(_OnTimeEpoll())) as runner:
                 runner.run(self._main())
         except BaseException as exc:  # reported to the caller through .error; the thread just ends
             self.error = exc
@@ -89,17 +89,18 @@ class LiveCluster:
             self.cluster.write_nccl(k * sc.sim_step)
 
 
-# asyncio's default selector (epoll) waits in whole milliseconds: a reply the path model delays by
-# 290 us (a congested path's queue) went out 1.0-1.4 ms late, five times the model's queue, whenever
-# no other datagram woke the loop first. select() waits in microseconds; its FD_SETSIZE (1024)
-# bounds the sockets it watches, one per probed pair, so larger clusters keep epoll (and the lag).
-SELECT_MAX_PAIRS = 1000
+class _OnTimeEpoll(selectors.EpollSelector):
+    """epoll whose waits end on time. asyncio's rounds a timeout up to whole milliseconds (epoll_wait
+    takes milliseconds): a reply the path model delays by 290 us (a congested path's queue) went out
+    1.0-1.4 ms late whenever no other datagram woke the loop first, five times the model's queue.
+    Rounded down instead, the loop wakes up to a millisecond early and polls without blocking for
+    the rest: a spin of at most a millisecond per delayed reply. (select() waits in microseconds but
+    refuses descriptors numbered 1024 or more, which a long-lived process holds.)"""
 
-
-def _loop_factory(pairs: int) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    if pairs >= SELECT_MAX_PAIRS:
-        return None
-    return lambda: asyncio.SelectorEventLoop(selectors.SelectSelector())
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is not None and timeout > 0:
+            timeout = math.floor(timeout * 1e3) * 1e-3 - 1e-9  # under it: the parent's ceil keeps it
+        return super().select(timeout)
 
 
 def start(
