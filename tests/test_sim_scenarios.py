@@ -159,11 +159,16 @@ async def test_the_live_responders_delay_a_reply_by_the_path_model_not_by_the_lo
     """A congested path's replies wait the model's queue (about 0.2 ms here), not asyncio's epoll
     millisecond (the simulator's epoll rounds its waits down and polls for the rest), in a process
     holding descriptors numbered past 1024 as a long test run does (select() refused those)."""
-    held = _descriptors_past(1024)
     scenario = load(
         "demo", faults=[{"kind": "congestion", "at": "leaf-02~spine-01", "start": 0, "end": 3600, "severity": 0.5}]
     )
-    handle = await asyncio.to_thread(live.start, scenario, tmp_path)
+    held = _descriptors_past(1024)
+    try:
+        handle = await asyncio.to_thread(live.start, scenario, tmp_path)
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
     try:
         probes = handle.cluster.sim.fabric.probes
         slow = next(p for p in probes if "leaf-02~spine-01" in p.links)
