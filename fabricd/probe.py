@@ -281,7 +281,7 @@ class ProberProtocol(asyncio.DatagramProtocol):
         interval = 1.0 / self.targets[session].rate_per_second
         loop = asyncio.get_running_loop()
         start, seq = loop.time() + phase * interval, 0
-        await asyncio.sleep(phase * interval)
+        await asyncio.sleep(max(0.0, start - loop.time()))
         while True:
             self.send_one(session, seq)
             seq += 1

@@ -57,12 +57,17 @@ def test_the_central_closes_an_idle_connection_after_its_keepalive_timeout(tmp_p
 
 
 async def _post_twice(poster: HttpxPoster, central: CentralDouble, pause: float) -> None:
-    for seq in (1, 2):
-        body = encode(make_batch("node-a", f"keepalive-{seq}", scrape(time.time()), seq=seq), MSGPACK, compress=True)
-        headers = {"Content-Type": MSGPACK, "Content-Encoding": "gzip"}
-        result = await poster.post(f"{central.url}/api/v1/ingest", body, headers)
-        assert result.status == 200, result
-        await asyncio.sleep(pause if seq == 1 else 0)
+    await _post(poster, central, 1)
+    await asyncio.sleep(pause)
+    await _post(poster, central, 2)
+
+
+async def _post(poster: HttpxPoster, central: CentralDouble, seq: int) -> None:
+    body = encode(make_batch("node-a", f"keepalive-{seq}", scrape(time.time()), seq=seq), MSGPACK, compress=True)
+    result = await poster.post(
+        f"{central.url}/api/v1/ingest", body, {"Content-Type": MSGPACK, "Content-Encoding": "gzip"}
+    )
+    assert result.status == 200, result
 
 
 async def test_an_idle_connection_is_reused_within_the_agents_keepalive_and_not_after() -> None:
