@@ -11,7 +11,8 @@
   with a tiny ``pfifo`` that Poisson arrivals overflow. The flows are pinned to the faulty link by
   their 5-tuple (the kernel's own multipath lookup, ``RoutedLab.next_hop``). Each fault opens one
   incident, nothing else opens while it lasts, and nothing but an earlier fault's incident is open
-  when it starts.
+  when it starts, unless the lab's own kernel dropped packets where that incident points (then the
+  lab, not the detector, was lossy: a fresh central, and the check again).
 
 One lab, one central and one set of agents for the module (building them takes ~30 s of a
 machine); each fault is short (it ends once its incident has opened, plus a few scrapes in which
@@ -64,6 +65,7 @@ class Lab:
     tracing: bool = True
     baselined: bool = False  # the central has had every pair long enough for its RTT baselines
     faults: set[tuple[str, str]] = field(default_factory=set)  # (kind, element) this central opened for a fault
+    drops: dict[str, int] = field(default_factory=dict)  # kernel drop counters at the last clean start or fault end
 
     def restart(self, tracing: bool) -> None:
         """The agents again, with path tracing on or off, on a fresh central (no routes, no incidents)."""
@@ -104,6 +106,7 @@ def _clean_start(lab: Lab, before: set[str] | None = None) -> None:
             wait_for("every pair traced", lambda: _routes(lab.central) >= pairs, 120)
         _quiet(lab, pairs)
         if not (opened := _incidents(lab.central)):
+            lab.drops = lab.net.drop_counters()
             return
     assert opened == {}, f"every fresh central, {FRESH_TRIES} of them: {_describe(opened)}"
 
@@ -308,14 +311,16 @@ def _describe(incidents: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]
 def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
     """A clean baseline, then the fault with its traffic until an incident of its kind has opened,
     plus a few scrapes; returns every incident that opened meanwhile (the fault is cleared after)."""
-    if not lab.baselined:  # rtt baselines need 6 scrapes of every pair (latency.yaml)
-        time.sleep(8 * INTERVAL_SECONDS)
-        lab.baselined = True
-    before = _incidents(lab.central)
-    # Nothing may be open but an earlier fault's incident (still winding down): the lab's noise
-    # alone once opened congestion on a healthy spine before any fault (delays._host_share).
-    strays = [i for i in before.values() if (i["kind"], i["element"]) not in lab.faults]
-    assert strays == [], _describe({i["key"]: i for i in strays})
+    before, strays = _baseline(lab)
+    if strays and all(_lab_lost(lab, stray) for stray in strays):
+        # The lab's kernel dropped packets where the stray says (a starved machine's veth backlog):
+        # a true finding on this lab, not the detector's noise; the test needs a healthy fabric.
+        print(f"the lab itself lost packets; a fresh central: {_stray_report(lab, strays)}")
+        _clean_start(lab, set(before))
+        lab.baselined = False
+        lab.faults.clear()
+        before, strays = _baseline(lab)
+    assert strays == [], _stray_report(lab, strays)
     if fault.kind == "packet_loss":
         _no_loss_in_window(lab)
     log = lab.data / f"{fault.kind}-{lab.tracing}.log"
@@ -341,9 +346,50 @@ def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
         # what it holds, probes included, which would be a loss the fault never caused.
         time.sleep(1.0)
         lab.net.clear_qdisc(fault.leaf, lab.net.wiring.uplink_port(fault.leaf, fault.spine))
+        lab.drops = lab.net.drop_counters()  # the next fault's strays are judged on drops after this one
     print(f"{fault.kind} on {fault.link}, tracing {lab.tracing}: before {_describe(before)}; opened {_describe(new)}")
     _explain(lab, new)
     return new
+
+
+def _baseline(lab: Lab) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """The incidents open once every pair has its RTT baseline, and those of them that no earlier
+    fault opened: nothing may be open but an earlier fault's incident (still winding down); the
+    lab's noise alone once opened congestion on a healthy spine before any fault."""
+    if not lab.baselined:  # rtt baselines need 6 scrapes of every pair (latency.yaml)
+        time.sleep(8 * INTERVAL_SECONDS)
+        lab.baselined = True
+    before = _incidents(lab.central)
+    return before, [i for i in before.values() if (i["kind"], i["element"]) not in lab.faults]
+
+
+def _kernel_drops(lab: Lab) -> dict[str, int]:
+    """The lab's kernel drop counters that rose since its clean start (``RoutedLab.drop_counters``)."""
+    now = lab.net.drop_counters()
+    return {k: v - lab.drops.get(k, 0) for k, v in now.items() if v != lab.drops.get(k, 0)}
+
+
+def _lab_lost(lab: Lab, stray: dict[str, Any]) -> bool:
+    """Whether the lab's own fabric dropped packets at the stray's place: an interface of an element
+    it or one of its candidates names (a link names both its ends), not a host's socket (the
+    responders report those, and the detector must not count them: fabricd/detect/responders.py)."""
+    inc = lab.central.get(f"/api/v1/incidents/{stray['id']}")
+    places = {stray["element"], *(c["element"] for c in inc["candidates"])}
+    ends = {end for place in places for end in place.split("~")}
+    return any(key.split(":")[0] in ends and ":udp_" not in key for key in _kernel_drops(lab))
+
+
+def _stray_report(lab: Lab, strays: list[dict[str, Any]]) -> str:
+    """What opened on the healthy lab, its pairs' lossy readings, and what the lab's kernel dropped
+    since the clean start (``RoutedLab.drop_counters``): the lab's noise or the detector's."""
+    lines = [f"opened before any fault: {_describe({i['key']: i for i in strays})}"]
+    lines.append(f"kernel drops since the clean start: {_kernel_drops(lab) or 'none'}")
+    for stray in strays:
+        affected = set(lab.central.get(f"/api/v1/incidents/{stray['id']}")["affected"])
+        for p in lab.central.get("/api/v1/pingmesh", since="-120s"):
+            if f"{p['src']}|{p['dst']}" in affected and p["loss_ratio"]:
+                lines.append(f"  {p['src']}|{p['dst']} at {p['ts']}: loss {p['loss_ratio']}")
+    return "\n".join(lines)
 
 
 def _explain_probes(lab: Lab) -> None:

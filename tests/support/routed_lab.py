@@ -447,6 +447,27 @@ class RoutedLab:
         stats = json.loads(self.exec(element, "ip", "-j", "-s", "link", "show", "dev", ifname))
         return int(stats[0]["stats64"]["rx"]["packets"])
 
+    def drop_counters(self) -> dict[str, int]:
+        """Every packet the lab's kernel dropped so far, by where: each fabric interface's rx and tx
+        drops (a veth's are its peer's full backlog), each host's UDP receive errors (/proc/net/snmp,
+        per namespace), and the machine's backlog drops (``/proc/net/softnet_stat``, second column,
+        all CPUs): when something opens on a healthy lab, these say whether the lab's own kernel lost
+        the probes (a starved machine) or not (read in tests/test_leafspine_lab.py's failures)."""
+        out: dict[str, int] = {}
+        for element in self.wiring.elements:
+            for link in json.loads(self.exec(element, "ip", "-j", "-s", "link", "show")):
+                if link["ifname"] in self.fabric_interfaces(element):
+                    for way in ("rx", "tx"):
+                        out[f"{element}:{link['ifname']}:{way}_dropped"] = int(link["stats64"][way]["dropped"])
+            if element in self.wiring.hosts:
+                rows = [line.split() for line in self.exec(element, "cat", "/proc/net/snmp").splitlines()]
+                names, values = [r for r in rows if r[0] == "Udp:"]
+                for name in ("InErrors", "RcvbufErrors"):
+                    out[f"{element}:udp_{name}"] = int(values[names.index(name)])
+        softnet = Path("/proc/net/softnet_stat").read_text().split("\n")
+        out["softnet_dropped"] = sum(int(line.split()[1], 16) for line in softnet if line.strip())
+        return out
+
     def forget(self, procs: Sequence[subprocess.Popen[bytes]]) -> None:
         """Processes ended by their owner: no longer the lab's to stop."""
         self._daemons = [p for p in self._daemons if p not in procs]
