@@ -313,8 +313,9 @@ def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
     plus a few scrapes; returns every incident that opened meanwhile (the fault is cleared after)."""
     before, strays = _baseline(lab)
     if strays and all(_lab_lost(lab, stray) for stray in strays):
-        # The lab's kernel dropped packets where the stray says (a starved machine's veth backlog):
-        # a true finding on this lab, not the detector's noise; the test needs a healthy fabric.
+        # The lab's kernel dropped packets where the stray says (a veth whose peer's backlog was
+        # full on a starved machine, say): a true finding on this lab, not the detector's noise;
+        # the test needs a healthy fabric.
         print(f"the lab itself lost packets; a fresh central: {_stray_report(lab, strays)}")
         _clean_start(lab, set(before))
         lab.baselined = False
@@ -364,7 +365,8 @@ def _baseline(lab: Lab) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]
 
 
 def _kernel_drops(lab: Lab) -> dict[str, int]:
-    """The lab's kernel drop counters that rose since its clean start (``RoutedLab.drop_counters``)."""
+    """The lab's kernel drop counters that rose since ``lab.drops`` was read (the clean start, or the
+    last fault's end: ``RoutedLab.drop_counters``)."""
     now = lab.net.drop_counters()
     return {k: v - lab.drops.get(k, 0) for k, v in now.items() if v != lab.drops.get(k, 0)}
 
@@ -381,9 +383,9 @@ def _lab_lost(lab: Lab, stray: dict[str, Any]) -> bool:
 
 def _stray_report(lab: Lab, strays: list[dict[str, Any]]) -> str:
     """What opened on the healthy lab, its pairs' lossy readings, and what the lab's kernel dropped
-    since the clean start (``RoutedLab.drop_counters``): the lab's noise or the detector's."""
+    meanwhile (``_kernel_drops``): the lab's noise or the detector's."""
     lines = [f"opened before any fault: {_describe({i['key']: i for i in strays})}"]
-    lines.append(f"kernel drops since the clean start: {_kernel_drops(lab) or 'none'}")
+    lines.append(f"kernel drops since the clean start or the last fault: {_kernel_drops(lab) or 'none'}")
     for stray in strays:
         affected = set(lab.central.get(f"/api/v1/incidents/{stray['id']}")["affected"])
         for p in lab.central.get("/api/v1/pingmesh", since="-120s"):
