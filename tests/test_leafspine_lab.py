@@ -312,16 +312,17 @@ def _run_fault(lab: Lab, fault: Fault) -> dict[str, dict[str, Any]]:
     """A clean baseline, then the fault with its traffic until an incident of its kind has opened,
     plus a few scrapes; returns every incident that opened meanwhile (the fault is cleared after)."""
     before, strays = _baseline(lab)
-    if strays and all(_lab_lost(lab, stray) for stray in strays):
+    dropped = _kernel_drops(lab) if strays else {}
+    if strays and all(_lab_lost(lab, stray, dropped) for stray in strays):
         # The lab's kernel dropped packets where the stray says (a veth whose peer's backlog was
         # full on a starved machine, say): a true finding on this lab, not the detector's noise;
         # the test needs a healthy fabric.
-        print(f"the lab itself lost packets; a fresh central: {_stray_report(lab, strays)}")
+        print(f"the lab itself lost packets; a fresh central: {_stray_report(lab, strays, dropped)}")
         _clean_start(lab, set(before))
         lab.baselined = False
         lab.faults.clear()
         before, strays = _baseline(lab)
-    assert strays == [], _stray_report(lab, strays)
+    assert strays == [], _stray_report(lab, strays, _kernel_drops(lab))
     if fault.kind == "packet_loss":
         _no_loss_in_window(lab)
     log = lab.data / f"{fault.kind}-{lab.tracing}.log"
@@ -371,21 +372,21 @@ def _kernel_drops(lab: Lab) -> dict[str, int]:
     return {k: v - lab.drops.get(k, 0) for k, v in now.items() if v != lab.drops.get(k, 0)}
 
 
-def _lab_lost(lab: Lab, stray: dict[str, Any]) -> bool:
+def _lab_lost(lab: Lab, stray: dict[str, Any], dropped: dict[str, int]) -> bool:
     """Whether the lab's own fabric dropped packets at the stray's place: an interface of an element
     it or one of its candidates names (a link names both its ends), not a host's socket (the
     responders report those, and the detector must not count them: fabricd/detect/responders.py)."""
     inc = lab.central.get(f"/api/v1/incidents/{stray['id']}")
     places = {stray["element"], *(c["element"] for c in inc["candidates"])}
     ends = {end for place in places for end in place.split("~")}
-    return any(key.split(":")[0] in ends and ":udp_" not in key for key in _kernel_drops(lab))
+    return any(key.split(":")[0] in ends and ":udp_" not in key for key in dropped)
 
 
-def _stray_report(lab: Lab, strays: list[dict[str, Any]]) -> str:
+def _stray_report(lab: Lab, strays: list[dict[str, Any]], dropped: dict[str, int]) -> str:
     """What opened on the healthy lab, its pairs' lossy readings, and what the lab's kernel dropped
-    meanwhile (``_kernel_drops``): the lab's noise or the detector's."""
+    meanwhile (``dropped``, ``_kernel_drops``): the lab's noise or the detector's."""
     lines = [f"opened before any fault: {_describe({i['key']: i for i in strays})}"]
-    lines.append(f"kernel drops since the clean start or the last fault: {_kernel_drops(lab) or 'none'}")
+    lines.append(f"kernel drops since the clean start or the last fault: {dropped or 'none'}")
     for stray in strays:
         affected = set(lab.central.get(f"/api/v1/incidents/{stray['id']}")["affected"])
         for p in lab.central.get("/api/v1/pingmesh", since="-120s"):

@@ -455,8 +455,9 @@ class RoutedLab:
         the probes (a starved machine) or not (read in tests/test_leafspine_lab.py's failures)."""
         out: dict[str, int] = {}
         for element in self.wiring.elements:
+            cabled = set(self.fabric_interfaces(element))
             for link in json.loads(self.exec(element, "ip", "-j", "-s", "link", "show")):
-                if link["ifname"] in self.fabric_interfaces(element):
+                if link["ifname"] in cabled:
                     for way in ("rx", "tx"):
                         out[f"{element}:{link['ifname']}:{way}_dropped"] = int(link["stats64"][way]["dropped"])
             if element in self.wiring.hosts:
@@ -464,8 +465,8 @@ class RoutedLab:
                 names, values = [r for r in rows if r[0] == "Udp:"]
                 for name in ("InErrors", "RcvbufErrors"):
                     out[f"{element}:udp_{name}"] = int(values[names.index(name)])
-        softnet = Path("/proc/net/softnet_stat").read_text().split("\n")
-        out["softnet_dropped"] = sum(int(line.split()[1], 16) for line in softnet if line.strip())
+        softnet = Path("/proc/net/softnet_stat").read_text().splitlines()
+        out["softnet_dropped"] = sum(int(line.split()[1], 16) for line in softnet)
         return out
 
     def forget(self, procs: Sequence[subprocess.Popen[bytes]]) -> None:
